@@ -1,0 +1,1 @@
+"""Ridgeline: capacity planning for large-language-model inference."""
