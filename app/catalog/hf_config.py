@@ -1,0 +1,324 @@
+"""Read a Hugging Face `config.json` into Ridgeline's model fields.
+
+`parse_hf_config` maps the keys of a published `config.json` onto the catalog's model fields (the
+names of `ModelSpec`, plus `family`, `max_context_tokens` and `moe` as a plain dict), for the
+decoder-only architectures whose weights `app.engine.params` can count. Both the service's
+`POST /v1/models/hf-import` and the benchmark job's `--config PATH` call it.
+
+Errors: one exception, `HfConfigError(field, message)`, a `ValueError` whose `field` is the
+`config.json` key that is missing, ill-typed or not representable (`"architectures"` for an
+unsupported architecture, `"config"` when the document is not a JSON object at all).
+
+Pure: no I/O, no database, no web framework; the caller reads and decodes the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.specs import FfnType, ModelSpec, MoeSpec, SpecError
+
+__all__ = ["SUPPORTED_ARCHITECTURES", "HfConfigError", "HfModelFields", "parse_hf_config"]
+
+
+class HfConfigError(ValueError):
+    """A `config.json` that cannot be read as a supported model; `field` is the offending key."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class _Architecture:
+    """How one Hugging Face architecture's config keys map onto Ridgeline's fields."""
+
+    family: str
+    model_type: str
+    tie_word_embeddings_default: bool  # the transformers config class's default for the key
+    attention_bias: bool | None  # fixed by the architecture; None: read `attention_bias`
+    moe_keys: str | None = None  # "mixtral" or "qwen3_moe": where the expert counts live
+
+
+# Every architecture here has a gated FFN (SwiGLU, or GeGLU for Gemma), RMSNorm and a
+# Llama-shaped attention block, which is what `app.engine.params` counts. Defaults follow the
+# config classes of Hugging Face transformers (LlamaConfig, Gemma2Config, ...).
+_ARCHITECTURES: dict[str, _Architecture] = {
+    "LlamaForCausalLM": _Architecture("llama", "llama", False, None),
+    "MistralForCausalLM": _Architecture("mistral", "mistral", False, False),
+    "MixtralForCausalLM": _Architecture("mixtral", "mixtral", False, False, "mixtral"),
+    "Qwen2ForCausalLM": _Architecture("qwen2", "qwen2", False, True),
+    "Qwen3ForCausalLM": _Architecture("qwen3", "qwen3", False, None),
+    "Qwen3MoeForCausalLM": _Architecture("qwen3_moe", "qwen3_moe", False, None, "qwen3_moe"),
+    "Gemma2ForCausalLM": _Architecture("gemma2", "gemma2", True, None),
+    "Gemma3ForCausalLM": _Architecture("gemma3", "gemma3_text", True, None),
+    "Phi3ForCausalLM": _Architecture("phi3", "phi3", False, False),
+}
+_BY_MODEL_TYPE = {arch.model_type: name for name, arch in _ARCHITECTURES.items()}
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(sorted(_ARCHITECTURES))
+
+
+@dataclass(frozen=True, slots=True)
+class HfModelFields:
+    """The model fields a `config.json` determines, named as in the catalog and `ModelSpec`.
+
+    `moe` is None for a dense model, else a dict with the keys of `MoeSpec` (`num_experts`,
+    `experts_per_token`, `expert_intermediate_size`, `num_shared_experts`,
+    `shared_expert_intermediate_size`, `num_dense_layers`). The values always build a valid
+    `ModelSpec` (`to_model_spec`).
+    """
+
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    ffn_type: str
+    vocab_size: int
+    max_context_tokens: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    moe: dict[str, int] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a catalog entry's architecture keys (JSON-ready; `moe` copied)."""
+        return {
+            "family": self.family,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate_size,
+            "ffn_type": self.ffn_type,
+            "vocab_size": self.vocab_size,
+            "max_context_tokens": self.max_context_tokens,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "moe": dict(self.moe) if self.moe is not None else None,
+        }
+
+    def to_model_spec(self, model_id: str = "inline") -> ModelSpec:
+        """The engine spec of these fields; raises `SpecError` only if they were altered."""
+        return ModelSpec(
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size,
+            ffn_type=FfnType(self.ffn_type),
+            vocab_size=self.vocab_size,
+            max_context_tokens=self.max_context_tokens,
+            tie_word_embeddings=self.tie_word_embeddings,
+            attention_bias=self.attention_bias,
+            moe=MoeSpec(**self.moe) if self.moe is not None else None,
+            id=model_id,
+        )
+
+
+def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
+    """Map a decoded Hugging Face `config.json` onto Ridgeline's model fields.
+
+    `architectures[0]` selects the mapping, or `model_type` when `architectures` is absent.
+    `head_dim` is the config's when present, else `hidden_size / num_attention_heads`;
+    `num_kv_heads` is `num_key_value_heads`, defaulting to `num_attention_heads` (MHA);
+    `max_context_tokens` is `max_position_embeddings` as published (any RoPE scaling is already
+    reflected there). Keys that do not change weights or KV-cache shapes (dropout, RoPE base,
+    sliding windows, soft-capping, token ids) are ignored.
+
+    Raises `HfConfigError` naming the offending `config.json` key.
+    """
+    if not isinstance(config, Mapping):
+        raise HfConfigError("config", "must be a JSON object (the contents of config.json)")
+    arch_name = _architecture_name(config)
+    arch = _ARCHITECTURES[arch_name]
+
+    hidden_size = _positive_int(config, "hidden_size")
+    num_layers = _positive_int(config, "num_hidden_layers")
+    num_heads = _positive_int(config, "num_attention_heads")
+    num_kv_heads = _positive_int(config, "num_key_value_heads", default=num_heads)
+    head_dim = _positive_int(config, "head_dim", default=0)
+    if head_dim == 0:
+        if hidden_size % num_heads:
+            raise HfConfigError(
+                "head_dim",
+                f"absent, and hidden_size {hidden_size} is not a multiple of "
+                f"num_attention_heads {num_heads} to derive it from",
+            )
+        head_dim = hidden_size // num_heads
+    intermediate_size = _positive_int(config, "intermediate_size")
+    vocab_size = _positive_int(config, "vocab_size")
+    max_context_tokens = _positive_int(config, "max_position_embeddings")
+    tie = _bool(config, "tie_word_embeddings", default=arch.tie_word_embeddings_default)
+    if arch.attention_bias is None:
+        attention_bias = _bool(config, "attention_bias", default=False)
+    else:
+        attention_bias = arch.attention_bias
+
+    moe: dict[str, int] | None = None
+    if arch.moe_keys == "mixtral":
+        moe = _mixtral_moe(config, intermediate_size)
+    elif arch.moe_keys == "qwen3_moe":
+        moe = _qwen3_moe(config, num_layers)
+
+    fields = HfModelFields(
+        family=arch.family,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate_size,
+        ffn_type=FfnType.GATED.value,
+        vocab_size=vocab_size,
+        max_context_tokens=max_context_tokens,
+        tie_word_embeddings=tie,
+        attention_bias=attention_bias,
+        moe=moe,
+    )
+    try:
+        fields.to_model_spec()
+    except SpecError as exc:
+        raise HfConfigError(_config_key(exc.field, arch), exc.message) from exc
+    return fields
+
+
+def _architecture_name(config: Mapping[str, Any]) -> str:
+    supported = ", ".join(SUPPORTED_ARCHITECTURES)
+    architectures = config.get("architectures")
+    if architectures is None:
+        model_type = config.get("model_type")
+        if model_type is None:
+            raise HfConfigError(
+                "architectures", f"missing (and no model_type either); supported: {supported}"
+            )
+        if not isinstance(model_type, str) or model_type not in _BY_MODEL_TYPE:
+            raise HfConfigError(
+                "model_type",
+                f"unsupported model_type {model_type!r} and no architectures; "
+                f"supported: {supported}",
+            )
+        return _BY_MODEL_TYPE[model_type]
+    if (
+        not isinstance(architectures, list)
+        or not architectures
+        or not isinstance(architectures[0], str)
+    ):
+        raise HfConfigError("architectures", "must be a non-empty list of architecture names")
+    name = architectures[0]
+    if name not in _ARCHITECTURES:
+        raise HfConfigError(
+            "architectures", f"unsupported architecture {name!r}; supported: {supported}"
+        )
+    return name
+
+
+def _positive_int(config: Mapping[str, Any], key: str, *, default: int | None = None) -> int:
+    """`config[key]` as a positive integer; `default` when absent or null (required if None)."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise HfConfigError(key, "missing")
+        return default
+    # bool is an int subclass in Python; JSON true/false are not sizes.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HfConfigError(key, f"must be an integer, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise HfConfigError(key, f"must be positive, got {value}")
+    return value
+
+
+def _non_negative_int(config: Mapping[str, Any], key: str, *, default: int) -> int:
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HfConfigError(key, f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _bool(config: Mapping[str, Any], key: str, *, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise HfConfigError(key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _moe_fields(num_experts: int, experts_per_token: int, width: int, dense: int) -> dict[str, int]:
+    return {
+        "num_experts": num_experts,
+        "experts_per_token": experts_per_token,
+        "expert_intermediate_size": width,
+        "num_shared_experts": 0,
+        "shared_expert_intermediate_size": 0,
+        "num_dense_layers": dense,
+    }
+
+
+def _mixtral_moe(config: Mapping[str, Any], intermediate_size: int) -> dict[str, int]:
+    """Mixtral: every layer is MoE; each expert is a SwiGLU FFN of `intermediate_size`."""
+    return _moe_fields(
+        num_experts=_positive_int(config, "num_local_experts"),
+        experts_per_token=_positive_int(config, "num_experts_per_tok"),
+        width=intermediate_size,
+        dense=0,
+    )
+
+
+def _qwen3_moe(config: Mapping[str, Any], num_layers: int) -> dict[str, int]:
+    """Qwen3-MoE: layer i is MoE unless listed in `mlp_only_layers` or `(i + 1)` is not a multiple
+    of `decoder_sparse_step` (transformers `Qwen3MoeDecoderLayer`); the others are dense FFNs of
+    `intermediate_size`. Ridgeline represents dense layers only as a leading block."""
+    num_experts = _positive_int(config, "num_experts")
+    experts_per_token = _positive_int(config, "num_experts_per_tok")
+    width = _positive_int(config, "moe_intermediate_size")
+    step = _positive_int(config, "decoder_sparse_step", default=1)
+    mlp_only = config.get("mlp_only_layers")
+    if mlp_only is None:
+        mlp_only = []
+    if not isinstance(mlp_only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in mlp_only
+    ):
+        raise HfConfigError(
+            "mlp_only_layers", f"must be a list of layer indices in [0, {num_layers})"
+        )
+    dense = {i for i in range(num_layers) if i in mlp_only or (i + 1) % step}
+    if dense != set(range(len(dense))):
+        key = "decoder_sparse_step" if step > 1 else "mlp_only_layers"
+        raise HfConfigError(
+            key,
+            f"dense layers {sorted(dense)} are not a leading block of layers; Ridgeline models "
+            "MoE stacks whose dense FFN layers come first",
+        )
+    return _moe_fields(num_experts, experts_per_token, width, dense=len(dense))
+
+
+def _config_key(spec_field: str, arch: _Architecture) -> str:
+    """The `config.json` key behind a `ModelSpec`/`MoeSpec` field, for error messages."""
+    keys = {
+        "num_layers": "num_hidden_layers",
+        "num_kv_heads": "num_key_value_heads",
+        "max_context_tokens": "max_position_embeddings",
+        "moe.experts_per_token": "num_experts_per_tok",
+        "moe.num_dense_layers": "mlp_only_layers",
+    }
+    if arch.moe_keys == "mixtral":
+        keys |= {
+            "moe.num_experts": "num_local_experts",
+            "moe.expert_intermediate_size": "intermediate_size",
+        }
+    else:
+        keys |= {
+            "moe.num_experts": "num_experts",
+            "moe.expert_intermediate_size": "moe_intermediate_size",
+        }
+    return keys.get(spec_field, spec_field)

@@ -1,0 +1,110 @@
+"""Parameter counts of a decoder-only transformer, by component, from its `ModelSpec` alone.
+
+The counts are those of the weight tensors a Hugging Face checkpoint stores for the Llama family
+and its relatives (Mistral, Mixtral, Qwen2/3, Gemma 2): token embedding, per-layer attention and
+FFN projections, RMSNorm weights, final norm and LM head. They reproduce the published totals of
+Llama 2 and 3 exactly; the few weights `ModelSpec` does not describe (Qwen3's per-head q/k norms,
+Gemma 2's extra pre/post-FFN norms, an O-projection bias) are under 0.01 % of any catalog model.
+
+Everything is closed-form integer arithmetic over the spec, with no per-layer loop, because the
+service recounts on every catalog write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.engine.specs import FfnType, ModelSpec
+
+__all__ = ["ParamCount", "count_params"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParamCount:
+    """Parameters (weights, a count, not bytes) of one model, by component.
+
+    `ffn` holds every FFN weight: dense FFN layers, MoE routed experts, shared experts and routers.
+    `lm_head` is 0 when the model ties its output projection to the input embedding, so that
+    `total` counts the shared matrix once.
+
+    `active` is what one token passes through: only `experts_per_token` of the routed experts in
+    each MoE layer; shared experts and routers always count. For a dense model it equals `total`.
+
+    `non_embedding` and `active_non_embedding` are the weights that take part in matrix
+    multiplies (the input embedding is a table look-up): everything but the input embedding, with
+    the LM head counted even when tied, because the tied matrix still does the output matmul. For a
+    tied model, `embedding + non_embedding` therefore exceeds `total` by `vocab_size * hidden_size`.
+    Forward FLOPs per token are about `2 * active_non_embedding` plus attention.
+    """
+
+    embedding: int
+    attention: int
+    ffn: int
+    norms: int
+    lm_head: int
+    total: int
+    active: int
+    non_embedding: int
+    active_non_embedding: int
+
+
+def count_params(model: ModelSpec) -> ParamCount:
+    """Count `model`'s parameters by component; see `ParamCount` for what each field holds."""
+    d = model.hidden_size
+    layers = model.num_layers
+    vocab = model.vocab_size
+
+    # Token embedding table, vocab x hidden (nn.Embedding(vocab_size, hidden_size)).
+    embedding = vocab * d
+    # Q and O: hidden -> H*h and back; K and V: hidden -> K*h each (GQA, Ainslie et al. 2023).
+    attention_per_layer = 2 * d * model.q_width + 2 * d * model.kv_width
+    if model.attention_bias:
+        # Q/K/V projection biases, one per output feature (Qwen2 `Qwen2Attention`, bias=True).
+        attention_per_layer += model.q_width + 2 * model.kv_width
+    attention = layers * attention_per_layer
+
+    # Matrices per FFN: gate, up, down for SwiGLU/GeGLU (Shazeer 2020, HF `LlamaMLP`); up, down
+    # for a plain MLP (Vaswani et al. 2017).
+    matrices = 3 if model.ffn_type is FfnType.GATED else 2
+    # Dense FFN of `intermediate_size`: d x f per matrix.
+    dense_ffn_per_layer = matrices * d * model.intermediate_size
+
+    moe = model.moe
+    if moe is None:
+        ffn = layers * dense_ffn_per_layer
+        active_ffn = ffn
+    else:
+        moe_layers = layers - moe.num_dense_layers
+        # Router: a d x E linear that scores every expert (Mixtral `gate`, no bias).
+        router_per_layer = d * moe.num_experts
+        # One expert is a gated/plain FFN of `expert_intermediate_size` (Fedus et al. 2021).
+        expert = matrices * d * moe.expert_intermediate_size
+        # Always-on shared experts (DeepSeekMoE, Dai et al. 2024), of `shared_width` each.
+        shared_per_layer = moe.num_shared_experts * matrices * d * moe.shared_width
+        always_on = moe.num_dense_layers * dense_ffn_per_layer + moe_layers * (
+            router_per_layer + shared_per_layer
+        )
+        ffn = always_on + moe_layers * moe.num_experts * expert
+        # A token passes through only its top-k routed experts in each MoE layer.
+        active_ffn = always_on + moe_layers * moe.experts_per_token * expert
+
+    # RMSNorm weights of d: before attention and before the FFN in each layer, plus the final norm.
+    norms = layers * 2 * d + d
+    # Output projection hidden -> vocab; stored only when not tied to the embedding.
+    output_matmul = vocab * d
+    lm_head = 0 if model.tie_word_embeddings else output_matmul
+
+    total = embedding + attention + ffn + norms + lm_head
+    active = total - ffn + active_ffn
+    non_embedding = attention + ffn + norms + output_matmul
+    return ParamCount(
+        embedding=embedding,
+        attention=attention,
+        ffn=ffn,
+        norms=norms,
+        lm_head=lm_head,
+        total=total,
+        active=active,
+        non_embedding=non_embedding,
+        active_non_embedding=non_embedding - ffn + active_ffn,
+    )
