@@ -1,0 +1,80 @@
+# Ridgeline: `make run` serves the API; `make test` runs lint and every test.
+# Needs only Python 3.11+ and make; everything else goes into $(VENV).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# The benchmark job's PyTorch. On the CI machines pip takes 2.13.0 from a local CPU wheel; elsewhere
+# it downloads it. Override (e.g. TORCH=torch==2.5.1) to use another build.
+TORCH ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
+
+.PHONY: help run install install-dev test lint format typecheck openapi bench-api bench-estimates bench-simulator bench-plans clean
+
+help:
+	@echo "make run      set up, migrate, load the catalog and serve on http://$(HOST):$(PORT) (docs at /docs)"
+	@echo "make test     set up, lint, type-check and run every test on SQLite and PostgreSQL"
+	@echo "make openapi  regenerate openapi/openapi.json from the app"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+# A development API key for writes, made once and kept out of git (.dev-api-key).
+.dev-api-key: | $(BIN)/python
+	@$(BIN)/python -c "import secrets; print(secrets.token_urlsafe(24))" > $@
+
+run: $(VENV)/.installed .dev-api-key
+	$(BIN)/ridgeline migrate
+	$(BIN)/ridgeline load-catalog
+	@echo "Serving on http://$(HOST):$(PORT) (Swagger UI: /docs). Writes accept the key in .dev-api-key."
+	RIDGELINE_API_KEYS="$${RIDGELINE_API_KEYS:-$$(cat .dev-api-key)}" \
+		$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT) --no-access-log
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+openapi: $(VENV)/.installed
+	$(BIN)/ridgeline openapi --out openapi/openapi.json
+
+bench-api: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_api.py
+
+bench-estimates: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_estimates.py
+
+bench-simulator: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_simulator.py
+
+bench-plans: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_plans.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache ridgeline.db ridgeline.db-*

@@ -1,0 +1,126 @@
+"""Request-scoped dependencies: the session, the caller's key, the If-Match precondition."""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from app.api.problems import ApiProblem
+from app.services.catalog import ANY_VERSION
+from app.services.spec_cache import SpecCache
+from app.settings import Settings
+
+__all__ = [
+    "ApiKeyDep",
+    "IfMatchDep",
+    "SessionDep",
+    "SettingsDep",
+    "SpecCacheDep",
+    "etag_for",
+    "require_api_key",
+]
+
+_ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$')
+
+
+def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_spec_cache(request: Request) -> SpecCache:
+    cache: SpecCache = request.app.state.spec_cache
+    return cache
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request: committed when the route returns, rolled back when it raises.
+    Cached specs of the entries a committed write touched are dropped at once."""
+    cache: SpecCache = request.app.state.spec_cache
+    with request.app.state.session_factory() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        for kind, entry_id in session.info.pop("catalog_changes", ()):
+            cache.invalidate(kind, entry_id)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+# scope="function": commit before the response is sent, so a failed commit is never a 2xx.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SpecCacheDep = Annotated[SpecCache, Depends(get_spec_cache)]
+
+
+def require_api_key(
+    settings: SettingsDep,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> str:
+    """The caller's key: `Authorization: Bearer <key>` or `X-API-Key: <key>`.
+    401 when none is given, 403 when it is not one of `RIDGELINE_API_KEYS`."""
+    key = x_api_key
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            key = token.strip()
+    if not key:
+        raise ApiProblem(
+            401,
+            "unauthenticated",
+            "Writes need an API key: send Authorization: Bearer <key> or X-API-Key: <key>.",
+            headers={"WWW-Authenticate": 'Bearer realm="ridgeline"'},
+        )
+    if not any(hmac.compare_digest(key.encode(), known.encode()) for known in settings.api_keys):
+        raise ApiProblem(403, "forbidden", "That API key is not accepted here.")
+    return key
+
+
+ApiKeyDep = Annotated[str, Depends(require_api_key)]
+
+
+def parse_if_match(
+    if_match: Annotated[
+        str | None,
+        Header(
+            description=(
+                'The ETag you read (e.g. `"3"`), or `*`. A stale one gets 412, so two writers '
+                "never overwrite each other unknowingly."
+            ),
+        ),
+    ] = None,
+) -> int | None:
+    """The version the caller expects, `ANY_VERSION` for `*`, or None without the header."""
+    if if_match is None:
+        return None
+    if if_match.strip() == "*":
+        return ANY_VERSION
+    tags = if_match.split(",")
+    versions = []
+    for tag in tags:
+        match = _ETAG.match(tag)
+        if match is None:
+            raise ApiProblem(
+                400,
+                "bad-etag",
+                f'If-Match {if_match!r} is not a list of quoted ETags such as "3" '
+                "(weak ETags never match a write).",
+            )
+        versions.append(int(match.group(1)))
+    if len(versions) > 1:
+        raise ApiProblem(400, "bad-etag", "If-Match may name one version only.")
+    return versions[0]
+
+
+IfMatchDep = Annotated[int | None, Depends(parse_if_match)]
+
+
+def etag_for(version: int) -> str:
+    return f'"{version}"'

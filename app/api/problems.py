@@ -1,0 +1,206 @@
+"""RFC 9457 problem documents: the one shape every error of the API takes.
+
+Every handler here ends in `problem_response`; a route never builds an error body by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.logs import REQUEST_ID
+from app.services.errors import DomainError, FieldProblem
+
+__all__ = [
+    "PROBLEM_CONTENT_TYPE",
+    "PROBLEM_TYPES",
+    "ApiProblem",
+    "install_problem_handlers",
+    "problem_body",
+    "problem_response",
+]
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+_log = logging.getLogger("ridgeline.errors")
+
+# slug -> (title, what it means); served at /problems/{slug}, named by each document's `type`.
+PROBLEM_TYPES: dict[str, tuple[str, str]] = {
+    "validation-error": ("Invalid request", "A field has the wrong type, range or shape."),
+    "invalid-input": ("Invalid input", "Well-formed, but physically or logically impossible."),
+    "malformed-json": ("Malformed JSON", "The body is not valid JSON."),
+    "unsupported-media-type": ("Unsupported media type", "Send application/json."),
+    "payload-too-large": ("Payload too large", "The body exceeds the server's limit."),
+    "bad-request": ("Bad request", "The request cannot be read as sent."),
+    "bad-etag": ("Bad ETag", "If-Match must hold quoted entity tags, as ETag returns them."),
+    "unauthenticated": ("Authentication required", "Writes need an API key."),
+    "forbidden": ("Forbidden", "The API key is not one this service accepts."),
+    "not-found": ("Not found", "No such resource."),
+    "method-not-allowed": ("Method not allowed", "The resource does not support that method."),
+    "not-acceptable": ("Not acceptable", "The resource cannot answer in the media type asked."),
+    "already-exists": ("Already exists", "An entry with that id exists."),
+    "conflict": ("Conflict", "The change collides with the current state."),
+    "precondition-failed": ("Precondition failed", "If-Match names a stale version."),
+    "database-unavailable": ("Service unavailable", "The database cannot be reached."),
+    "internal-error": ("Internal server error", "An unexpected error; the request id tells."),
+}
+
+_STATUS_SLUGS = {
+    400: "bad-request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    406: "not-acceptable",
+    409: "conflict",
+    412: "precondition-failed",
+    413: "payload-too-large",
+    415: "unsupported-media-type",
+    422: "validation-error",
+    503: "database-unavailable",
+}
+
+
+class ApiProblem(DomainError):
+    """An error of the HTTP layer itself (authentication, headers, media types)."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        detail: str,
+        errors: tuple[FieldProblem, ...] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail, errors)
+        self.status = status
+        self.slug = slug
+        self.title = PROBLEM_TYPES[slug][0]
+        self.headers = headers or {}
+
+
+def problem_body(
+    status: int,
+    slug: str,
+    detail: str,
+    instance: str,
+    *,
+    errors: Iterable[FieldProblem] = (),
+    title: str | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"/problems/{slug}",
+        "title": title or PROBLEM_TYPES.get(slug, ("Error", ""))[0],
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+    }
+    request_id = REQUEST_ID.get()
+    if request_id is not None:
+        body["request_id"] = request_id
+    error_list = [{"field": e.field, "location": e.location, "message": e.message} for e in errors]
+    if error_list or status == 422:
+        body["errors"] = error_list
+    return body
+
+
+def problem_response(
+    request: Request,
+    status: int,
+    slug: str,
+    detail: str,
+    *,
+    errors: Iterable[FieldProblem] = (),
+    headers: dict[str, str] | None = None,
+    title: str | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        problem_body(status, slug, detail, request.url.path, errors=errors, title=title),
+        status_code=status,
+        media_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+def _field_problems(errors: Sequence[Any]) -> list[FieldProblem]:
+    problems = []
+    for error in errors:
+        loc = [str(part) for part in error.get("loc", ())]
+        location = loc[0] if loc and loc[0] in {"body", "query", "path", "header"} else "body"
+        path = loc[1:] if loc and loc[0] == location else loc
+        message = str(error.get("msg", "invalid"))
+        if error.get("type") == "extra_forbidden":
+            message = "unknown field"
+        problems.append(FieldProblem(".".join(path) or location, message, location))
+    return problems
+
+
+async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
+    headers = getattr(exc, "headers", None)
+    return problem_response(
+        request,
+        exc.status,
+        exc.slug,
+        exc.detail,
+        errors=exc.errors,
+        headers=headers,
+        title=exc.title,
+    )
+
+
+async def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if any(error.get("type") == "json_invalid" for error in errors):
+        ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
+        reason = ctx.get("error", "cannot be parsed")
+        return problem_response(request, 400, "malformed-json", f"Body is not JSON: {reason}.")
+    problems = _field_problems(errors)
+    detail = "; ".join(f"{p.field}: {p.message}" for p in problems[:5])
+    return problem_response(request, 422, "validation-error", detail, errors=problems)
+
+
+async def _pydantic_validation(request: Request, exc: ValidationError) -> JSONResponse:
+    # Raised by a service re-validating a merged document (PATCH); fields are body fields.
+    problems = _field_problems([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
+    detail = "; ".join(f"{p.field}: {p.message}" for p in problems[:5])
+    return problem_response(request, 422, "validation-error", detail, errors=problems)
+
+
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    slug = _STATUS_SLUGS.get(exc.status_code, "bad-request")
+    detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"No route for {request.method} {request.url.path}."
+    headers = dict(exc.headers) if exc.headers else None
+    return problem_response(request, exc.status_code, slug, detail, headers=headers)
+
+
+async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+    _log.error("database unavailable", exc_info=exc)
+    return problem_response(
+        request,
+        503,
+        "database-unavailable",
+        "The database cannot be reached; retry shortly.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    handlers: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]]] = [
+        (DomainError, _domain_error),
+        (RequestValidationError, _request_validation),
+        (ValidationError, _pydantic_validation),
+        (StarletteHTTPException, _http_exception),
+        (OperationalError, _database_down),
+    ]
+    for exc_type, handler in handlers:
+        app.add_exception_handler(exc_type, handler)

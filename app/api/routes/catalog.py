@@ -1,0 +1,158 @@
+"""The item routes every catalog resource shares: get, create, replace, patch, delete.
+
+Each resource module adds its own list route (its filters differ) and calls `add_item_routes`
+with its schemas, so GPUs and models behave alike by construction.
+
+No `from __future__ import annotations` here: FastAPI must see the per-resource schema classes
+of the nested route functions as objects, not as strings it cannot resolve.
+"""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Response, status
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from app.api.deps import ApiKeyDep, IfMatchDep, SessionDep, etag_for
+from app.api.problems import ApiProblem
+from app.api.schemas.common import problem_responses
+from app.catalog.orm import CatalogEntry
+from app.services.catalog import CatalogEntries
+from app.services.errors import FieldProblem
+
+__all__ = ["add_item_routes", "respond_with"]
+
+_ID_PATH = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Catalog id.")
+_WRITE_PROBLEMS = problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422)
+
+
+def respond_with(response: Response, row: CatalogEntry, location: str | None = None) -> None:
+    response.headers["ETag"] = etag_for(row.version)
+    if location is not None:
+        response.headers["Location"] = location
+
+
+def add_item_routes(
+    router: APIRouter,
+    *,
+    noun: str,
+    collection_path: str,
+    entries: Callable[[Session], CatalogEntries[Any]],
+    fields_schema: type[BaseModel],
+    create_schema: type[BaseModel],
+    patch_schema: type[BaseModel],
+    read_schema: type[BaseModel],
+) -> None:
+    """Register `POST collection` and `GET/PUT/PATCH/DELETE collection/{id}` on `router`."""
+    item_path = collection_path + "/{entry_id}"
+
+    def fields_of(document: dict[str, Any]) -> dict[str, Any]:
+        # What a client may write, as the database stores it: JSON types, absent for null.
+        return fields_schema.model_validate(document).model_dump(mode="json", exclude_none=True)
+
+    def read(row: CatalogEntry) -> Any:
+        return read_schema.model_validate(row)
+
+    @router.get(
+        item_path,
+        response_model=read_schema,
+        summary=f"Get a {noun}",
+        responses=problem_responses(404),
+        name=f"get_{noun}",
+    )
+    def get_entry(
+        entry_id: Annotated[str, _ID_PATH], session: SessionDep, response: Response
+    ) -> Any:
+        row = entries(session).get(entry_id)
+        respond_with(response, row)
+        return read(row)
+
+    @router.post(
+        collection_path,
+        response_model=read_schema,
+        status_code=status.HTTP_201_CREATED,
+        summary=f"Create a {noun}",
+        responses=_WRITE_PROBLEMS,
+        name=f"create_{noun}",
+    )
+    def create_entry(
+        body: Annotated[create_schema, Body()],  # type: ignore[valid-type]
+        session: SessionDep,
+        response: Response,
+        _key: ApiKeyDep,
+    ) -> Any:
+        document = body.model_dump(mode="json", exclude_none=True)  # type: ignore[attr-defined]
+        entry_id = document.pop("id")
+        row = entries(session).create(entry_id, fields_of(document))
+        respond_with(response, row, f"{router.prefix}{collection_path}/{entry_id}")
+        return read(row)
+
+    @router.put(
+        item_path,
+        response_model=read_schema,
+        summary=f"Replace a {noun}",
+        description="Replaces every writable field; `If-Match` makes it conditional.",
+        responses=_WRITE_PROBLEMS,
+        name=f"replace_{noun}",
+    )
+    def replace_entry(
+        entry_id: Annotated[str, _ID_PATH],
+        body: Annotated[create_schema, Body()],  # type: ignore[valid-type]
+        session: SessionDep,
+        response: Response,
+        if_match: IfMatchDep,
+        _key: ApiKeyDep,
+    ) -> Any:
+        document = body.model_dump(mode="json", exclude_none=True)  # type: ignore[attr-defined]
+        if document.pop("id") != entry_id:
+            raise ApiProblem(
+                422,
+                "invalid-input",
+                "The body's id differs from the path's; ids cannot be changed.",
+                (FieldProblem("id", f"must be {entry_id!r}"),),
+            )
+        row = entries(session).replace(entry_id, fields_of(document), if_match)
+        respond_with(response, row)
+        return read(row)
+
+    @router.patch(
+        item_path,
+        response_model=read_schema,
+        summary=f"Patch a {noun}",
+        description=(
+            "A JSON merge patch (RFC 7396). Without `If-Match` a patch that races another "
+            "writer is re-applied to the newer version; with it, a stale version gets 412."
+        ),
+        responses=_WRITE_PROBLEMS,
+        name=f"patch_{noun}",
+    )
+    def patch_entry(
+        entry_id: Annotated[str, _ID_PATH],
+        body: Annotated[patch_schema, Body()],  # type: ignore[valid-type]
+        session: SessionDep,
+        response: Response,
+        if_match: IfMatchDep,
+        _key: ApiKeyDep,
+    ) -> Any:
+        patch = body.model_dump(mode="json", exclude_unset=True)  # type: ignore[attr-defined]
+        row = entries(session).patch(entry_id, patch, if_match, fields_of)
+        respond_with(response, row)
+        return read(row)
+
+    @router.delete(
+        item_path,
+        status_code=status.HTTP_204_NO_CONTENT,
+        summary=f"Delete a {noun}",
+        description="A deleted bundled entry stays deleted: the catalog load will not restore it.",
+        responses=problem_responses(400, 401, 403, 404, 412),
+        name=f"delete_{noun}",
+    )
+    def delete_entry(
+        entry_id: Annotated[str, _ID_PATH],
+        session: SessionDep,
+        if_match: IfMatchDep,
+        _key: ApiKeyDep,
+    ) -> Response:
+        entries(session).delete(entry_id, if_match)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,100 @@
+"""`/v1/models`: the model catalog, and import from a Hugging Face `config.json`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Response, status
+
+from app.api.deps import ApiKeyDep, SessionDep
+from app.api.routes.catalog import add_item_routes, respond_with
+from app.api.schemas.common import ENTRY_ID, Page, problem_responses
+from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
+from app.services.catalog import list_models, model_entries
+from app.services.hf_import import import_hf_config
+
+router = APIRouter(prefix="/v1", tags=["models"])
+
+
+@router.get("/models", response_model=Page[ModelRead], summary="List models")
+def list_models_route(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
+    offset: Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")] = 0,
+    family: Annotated[str | None, Query(max_length=32, examples=["llama"])] = None,
+    min_params: Annotated[
+        int | None, Query(ge=0, description="Only models with at least this many parameters.")
+    ] = None,
+    max_params: Annotated[
+        int | None, Query(ge=0, description="Only models with at most this many parameters.")
+    ] = None,
+) -> Page[ModelRead]:
+    page = list_models(
+        session,
+        family=family,
+        min_params=min_params,
+        max_params=max_params,
+        limit=limit,
+        offset=offset,
+    )
+    return Page[ModelRead](
+        items=[ModelRead.model_validate(row) for row in page.items],
+        total=page.total,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.post(
+    "/models/hf-import",
+    response_model=ModelRead,
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a model from a Hugging Face config.json",
+    description=(
+        "Send the model's `config.json` as the body and the new catalog id as `id`. Llama, "
+        "Mistral, Mixtral, Qwen2, Qwen3 (dense and MoE), Gemma 2/3 and Phi-3 are understood; "
+        "anything else, or a missing field, gets a 422 naming it."
+    ),
+    responses=problem_responses(400, 401, 403, 409, 413, 415, 422),
+)
+def import_model(
+    entry_id: Annotated[ENTRY_ID, Query(alias="id")],
+    config: Annotated[
+        dict[str, Any],
+        Body(
+            description="A Hugging Face config.json, as published.",
+            examples=[
+                {
+                    "architectures": ["LlamaForCausalLM"],
+                    "hidden_size": 4096,
+                    "intermediate_size": 14336,
+                    "max_position_embeddings": 8192,
+                    "num_attention_heads": 32,
+                    "num_hidden_layers": 32,
+                    "num_key_value_heads": 8,
+                    "vocab_size": 128256,
+                }
+            ],
+        ),
+    ],
+    session: SessionDep,
+    response: Response,
+    _key: ApiKeyDep,
+    name: Annotated[str | None, Query(max_length=200)] = None,
+    hf_repo: Annotated[str | None, Query(max_length=200)] = None,
+) -> Any:
+    row = import_hf_config(session, entry_id, config, name=name, hf_repo=hf_repo)
+    respond_with(response, row, f"/v1/models/{entry_id}")
+    return ModelRead.model_validate(row)
+
+
+add_item_routes(
+    router,
+    noun="model",
+    collection_path="/models",
+    entries=model_entries,
+    fields_schema=ModelFields,
+    create_schema=ModelCreate,
+    patch_schema=ModelPatch,
+    read_schema=ModelRead,
+)

@@ -1,0 +1,96 @@
+"""Tables of the GPU and model catalogs.
+
+Every entry carries `version` (optimistic concurrency: an UPDATE names the version it read, so of
+two racing writers exactly one matches) and created/updated timestamps. `origin` says whether the
+row came from the bundled catalog or from a user; `user_modified` protects a user's edit of a
+bundled row from the next catalog load.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column
+
+from app.catalog.db import Base, UtcDateTime
+
+__all__ = ["CatalogEntry", "CatalogTombstone", "GpuRow", "ModelRow", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class CatalogEntry(Base):
+    """Columns every catalog entry has."""
+
+    __abstract__ = True
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    origin: Mapped[str] = mapped_column(String(16), default="user")
+    user_modified: Mapped[bool] = mapped_column(Boolean, default=False)
+    bundled_digest: Mapped[str | None] = mapped_column(String(64), default=None)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+    @declared_attr.directive
+    def __mapper_args__(cls) -> dict[str, Any]:  # noqa: N805
+        # UPDATE ... WHERE version = :read_version; zero rows matched raises StaleDataError.
+        return {"version_id_col": cls.__table__.c.version}
+
+
+class GpuRow(CatalogEntry):
+    __tablename__ = "gpus"
+
+    name: Mapped[str] = mapped_column(String(200))
+    vendor: Mapped[str] = mapped_column(String(32), index=True)
+    architecture: Mapped[str | None] = mapped_column(String(32))
+    form_factor: Mapped[str | None] = mapped_column(String(32))
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, index=True)
+    memory_type: Mapped[str | None] = mapped_column(String(32))
+    memory_bandwidth_bytes_per_s: Mapped[float] = mapped_column(Float)
+    peak_flops_per_s: Mapped[dict[str, float]] = mapped_column(JSON)
+    interconnect: Mapped[dict[str, Any]] = mapped_column(JSON)
+    tdp_watts: Mapped[float | None] = mapped_column(Float)
+    aliases: Mapped[list[str]] = mapped_column(JSON, default=list)
+    price_per_gpu_hour_usd: Mapped[float | None] = mapped_column(Float)
+    price_note: Mapped[str | None] = mapped_column(Text)
+    efficiency: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class ModelRow(CatalogEntry):
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(200))
+    family: Mapped[str] = mapped_column(String(32), index=True)
+    hf_repo: Mapped[str | None] = mapped_column(String(200))
+    num_layers: Mapped[int] = mapped_column(Integer)
+    hidden_size: Mapped[int] = mapped_column(Integer)
+    num_attention_heads: Mapped[int] = mapped_column(Integer)
+    num_kv_heads: Mapped[int] = mapped_column(Integer)
+    head_dim: Mapped[int] = mapped_column(Integer)
+    intermediate_size: Mapped[int] = mapped_column(Integer)
+    ffn_type: Mapped[str] = mapped_column(String(16))
+    vocab_size: Mapped[int] = mapped_column(Integer)
+    max_context_tokens: Mapped[int] = mapped_column(Integer)
+    tie_word_embeddings: Mapped[bool] = mapped_column(Boolean, default=False)
+    attention_bias: Mapped[bool] = mapped_column(Boolean, default=False)
+    moe: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    params_total: Mapped[int] = mapped_column(BigInteger, index=True)
+    params_active: Mapped[int] = mapped_column(BigInteger)
+    published_params: Mapped[int | None] = mapped_column(BigInteger)
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class CatalogTombstone(Base):
+    """A bundled entry a user deleted: the catalog load must not bring it back."""
+
+    __tablename__ = "catalog_tombstones"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    deleted_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -1,0 +1,112 @@
+"""Every catalog query lives here. Repositories add and flush; they never commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy.orm import Session
+
+from app.catalog.orm import CatalogEntry, CatalogTombstone, GpuRow, ModelRow
+
+__all__ = ["CatalogRepository", "GpuRepository", "ModelRepository"]
+
+RowT = TypeVar("RowT", bound=CatalogEntry)
+
+
+class CatalogRepository(Generic[RowT]):
+    """Reads and writes one catalog table, with the tombstones of deleted bundled entries."""
+
+    row_type: type[RowT]
+    kind: str
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get(self, entry_id: str) -> RowT | None:
+        return self.session.get(self.row_type, entry_id)
+
+    def get_for_update(self, entry_id: str) -> RowT | None:
+        """The row, read fresh from the database (not from the session's identity map)."""
+        return self.session.get(self.row_type, entry_id, populate_existing=True)
+
+    def all(self) -> Sequence[RowT]:
+        return self.session.scalars(select(self.row_type).order_by(self.row_type.id)).all()
+
+    def page(
+        self, where: Sequence[ColumnElement[bool]], *, limit: int, offset: int
+    ) -> tuple[Sequence[RowT], int]:
+        """One page ordered by id, and how many rows match in all."""
+        total = self.session.scalar(select(func.count()).select_from(self.row_type).where(*where))
+        rows = self.session.scalars(
+            select(self.row_type)
+            .where(*where)
+            .order_by(self.row_type.id)
+            .limit(limit)
+            .offset(offset)
+        ).all()
+        return rows, int(total or 0)
+
+    def add(self, row: RowT) -> None:
+        self.session.add(row)
+        self.session.flush()
+
+    def flush(self) -> None:
+        self.session.flush()
+
+    def delete(self, row: RowT) -> None:
+        if row.origin == "bundled":
+            self.session.merge(CatalogTombstone(kind=self.kind, id=row.id))
+        self.session.delete(row)
+        self.session.flush()
+
+    def is_tombstoned(self, entry_id: str) -> bool:
+        return self.session.get(CatalogTombstone, (self.kind, entry_id)) is not None
+
+    def clear_tombstone(self, entry_id: str) -> None:
+        self.session.execute(
+            delete(CatalogTombstone).where(
+                CatalogTombstone.kind == self.kind, CatalogTombstone.id == entry_id
+            )
+        )
+
+
+class GpuRepository(CatalogRepository[GpuRow]):
+    row_type = GpuRow
+    kind = "gpu"
+
+    def filters(
+        self, *, vendor: str | None, min_memory_bytes: int | None
+    ) -> list[ColumnElement[bool]]:
+        where: list[ColumnElement[bool]] = []
+        if vendor is not None:
+            where.append(GpuRow.vendor == vendor)
+        if min_memory_bytes is not None:
+            where.append(GpuRow.memory_bytes >= min_memory_bytes)
+        return where
+
+    def alias_owners(self) -> dict[str, str]:
+        """Every alias in the catalog, mapped to the GPU id that claims it."""
+        owners: dict[str, str] = {}
+        for gpu_id, aliases in self.session.execute(select(GpuRow.id, GpuRow.aliases)):
+            for alias in aliases or ():
+                owners[alias] = gpu_id
+        return owners
+
+
+class ModelRepository(CatalogRepository[ModelRow]):
+    row_type = ModelRow
+    kind = "model"
+
+    def filters(
+        self, *, family: str | None, min_params: int | None, max_params: int | None
+    ) -> list[ColumnElement[bool]]:
+        where: list[ColumnElement[bool]] = []
+        if family is not None:
+            where.append(ModelRow.family == family)
+        if min_params is not None:
+            where.append(ModelRow.params_total >= min_params)
+        if max_params is not None:
+            where.append(ModelRow.params_total <= max_params)
+        return where

@@ -1,0 +1,76 @@
+"""`ridgeline` command: database migrations, catalog load, OpenAPI export.
+
+ridgeline migrate [--revision head]
+ridgeline load-catalog
+ridgeline openapi [--out openapi/openapi.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.catalog.db import make_engine, make_session_factory
+from app.catalog.migrate import upgrade
+from app.services.catalog_loader import load_bundled_catalog
+from app.settings import get_settings
+
+__all__ = ["main", "openapi_document"]
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    url = get_settings().database_url
+    upgrade(url, args.revision)
+    print(f"migrated {url} to {args.revision}")
+    return 0
+
+
+def _load_catalog(_args: argparse.Namespace) -> int:
+    engine = make_engine(get_settings().database_url)
+    try:
+        with make_session_factory(engine).begin() as session:
+            report = load_bundled_catalog(session)
+    finally:
+        engine.dispose()
+    for kind, outcomes in report.items():
+        summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items()))
+        print(f"{kind}: {summary}")
+    return 0
+
+
+def openapi_document() -> str:
+    """The served OpenAPI document, serialised exactly as committed in openapi/openapi.json."""
+    from app.main import create_app  # noqa: PLC0415  (the web app is only needed here)
+
+    return json.dumps(create_app().openapi(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    text = openapi_document()
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ridgeline", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    migrate = commands.add_parser("migrate", help="upgrade the database schema")
+    migrate.add_argument("--revision", default="head")
+    migrate.set_defaults(run=_migrate)
+    load = commands.add_parser("load-catalog", help="load the bundled GPU and model catalog")
+    load.set_defaults(run=_load_catalog)
+    openapi = commands.add_parser("openapi", help="write the OpenAPI document")
+    openapi.add_argument("--out", default="openapi/openapi.json")
+    openapi.set_defaults(run=_openapi)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The FastAPI application: `create_app()` wires settings, database, routes and middleware.
+
+Run it with `uvicorn --factory app.main:create_app` (what `make run` does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api.middleware import HttpMetrics, ObservabilityMiddleware
+from app.api.problems import install_problem_handlers
+from app.api.routes import gpus, health, models
+from app.catalog.db import make_engine, make_session_factory
+from app.logs import configure_logging
+from app.services.catalog_loader import load_bundled_catalog
+from app.services.spec_cache import SpecCache
+from app.settings import Settings, get_settings
+
+__all__ = ["create_app"]
+
+_log = logging.getLogger("ridgeline")
+
+DESCRIPTION = """
+Ridgeline answers the questions asked before and while serving a large language model on GPUs:
+time to first token, time per output token, how many sequences fit, which tensor-parallel degree
+works, which prefill chunk keeps a latency SLA, and how many GPUs of which kind a traffic needs.
+
+Reads are open. Writes need an API key (`Authorization: Bearer <key>` or `X-API-Key`).
+Every entry has an `ETag`; send it back in `If-Match` to make a write conditional (412 when
+stale). Errors are RFC 9457 `application/problem+json`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        session_factory = make_session_factory(engine)
+        app.state.engine = engine
+        app.state.session_factory = session_factory
+        app.state.spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
+        if settings.load_catalog_on_start:
+            with session_factory.begin() as session:
+                load_bundled_catalog(session)
+        if not settings.api_keys:
+            _log.warning("no API keys configured (RIDGELINE_API_KEYS): every write gets 403")
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="Ridgeline",
+        version="1.0.0",
+        summary="Capacity planning for large-language-model inference.",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = HttpMetrics()
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(gpus.router)
+    app.include_router(models.router)
+    app.add_middleware(
+        ObservabilityMiddleware,
+        metrics=app.state.metrics,
+        max_body_bytes=settings.max_body_bytes,
+    )
+    return app

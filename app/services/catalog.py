@@ -1,0 +1,340 @@
+"""Use cases of the GPU and model catalogs: list, get, create, replace, patch, delete.
+
+Writes are optimistic: each names the version it read (`If-Match`, or the version it just
+loaded), and the UPDATE only matches that version. With `If-Match` a lost race is a 412; a patch
+without it is re-read and re-applied, so two patches of different fields both land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic
+
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from app.catalog.orm import GpuRow, ModelRow
+from app.catalog.repository import CatalogRepository, GpuRepository, ModelRepository, RowT
+from app.engine.params import count_params
+from app.engine.specs import SpecError
+from app.services.errors import (
+    AlreadyExists,
+    Conflict,
+    FieldProblem,
+    GpuNotFound,
+    ModelNotFound,
+    NotFound,
+    PreconditionFailed,
+)
+from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
+
+__all__ = [
+    "ANY_VERSION",
+    "GPU_FIELDS",
+    "MODEL_FIELDS",
+    "CatalogEntries",
+    "LoadOutcome",
+    "Page",
+    "gpu_entries",
+    "list_gpus",
+    "list_models",
+    "merge_patch",
+    "model_entries",
+    "record_change",
+    "upsert_bundled",
+]
+
+ANY_VERSION = -1  # `If-Match: *`: the entry must exist, whatever its version
+_PATCH_ATTEMPTS = 8
+
+Validator = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[RowT]):
+    items: Sequence[RowT]
+    total: int
+    limit: int
+    offset: int
+
+
+def record_change(session: Session, kind: str, entry_id: str) -> None:
+    """Note a write, so caches of this entry are dropped once the transaction commits."""
+    session.info.setdefault("catalog_changes", set()).add((kind, entry_id))
+
+
+def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7396 JSON merge patch: objects merge recursively, null removes, the rest replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_patch(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class CatalogEntries(Generic[RowT]):
+    """The catalog use cases for one kind of entry, over one request's session."""
+
+    def __init__(
+        self,
+        session: Session,
+        repository: CatalogRepository[RowT],
+        not_found: Callable[[str], NotFound],
+        columns: Callable[[dict[str, Any], Session, str], dict[str, Any]],
+        writable_fields: tuple[str, ...],
+    ) -> None:
+        self.session = session
+        self.repository = repository
+        self._not_found = not_found
+        self._columns = columns
+        self._writable_fields = writable_fields
+
+    # reads
+
+    def get(self, entry_id: str) -> RowT:
+        row = self.repository.get(entry_id)
+        if row is None:
+            raise self._not_found(entry_id)
+        return row
+
+    def document(self, row: RowT) -> dict[str, Any]:
+        """The writable fields of an entry, as a client would send them in a PUT."""
+        return {name: getattr(row, name) for name in self._writable_fields}
+
+    # writes
+
+    def create(self, entry_id: str, fields: dict[str, Any]) -> RowT:
+        if self.repository.get(entry_id) is not None:
+            raise AlreadyExists(
+                f"A {self.repository.kind} with id {entry_id!r} exists already; "
+                "PUT or PATCH it instead.",
+                (FieldProblem("id", "already taken"),),
+            )
+        columns = self.columns(fields, entry_id)
+        row = self.repository.row_type(id=entry_id, origin="user", **columns)
+        self.repository.clear_tombstone(entry_id)
+        self.repository.add(row)
+        record_change(self.session, self.repository.kind, entry_id)
+        return row
+
+    def replace(self, entry_id: str, fields: dict[str, Any], if_match: int | None) -> RowT:
+        row = self._current(entry_id, if_match)
+        columns = self.columns(fields, entry_id)
+        return self._write(row, columns, if_match)
+
+    def patch(
+        self, entry_id: str, patch: Mapping[str, Any], if_match: int | None, validate: Validator
+    ) -> RowT:
+        """Apply a merge patch to the current entry; `validate` checks the merged document."""
+        for _ in range(_PATCH_ATTEMPTS):
+            row = self._current(entry_id, if_match)
+            merged = validate(merge_patch(self.document(row), patch))
+            columns = self.columns(merged, entry_id)
+            try:
+                return self._write(row, columns, if_match, retrying=True)
+            except StaleDataError:
+                self.session.rollback()  # another writer landed first: re-read, re-apply
+        raise Conflict(f"{self.repository.kind} {entry_id!r} kept changing; try again.")
+
+    def delete(self, entry_id: str, if_match: int | None) -> None:
+        row = self._current(entry_id, if_match)
+        try:
+            self.repository.delete(row)
+        except StaleDataError:
+            self.session.rollback()
+            raise self._stale(entry_id) from None
+        record_change(self.session, self.repository.kind, entry_id)
+
+    def columns(self, fields: dict[str, Any], entry_id: str) -> dict[str, Any]:
+        """Validated column values for `fields`, derived figures included."""
+        return self._columns(fields, self.session, entry_id)
+
+    # internals
+
+    def _current(self, entry_id: str, if_match: int | None) -> RowT:
+        row = self.repository.get_for_update(entry_id)
+        if row is None:
+            raise self._not_found(entry_id)
+        if if_match is not None and if_match not in (ANY_VERSION, row.version):
+            raise self._stale(entry_id, row.version, if_match)
+        return row
+
+    def _write(
+        self, row: RowT, columns: dict[str, Any], if_match: int | None, *, retrying: bool = False
+    ) -> RowT:
+        for name, value in columns.items():
+            setattr(row, name, value)
+        if row.origin == "bundled":
+            row.user_modified = True  # the next catalog load leaves this entry alone
+        try:
+            self.repository.flush()
+        except StaleDataError:
+            if retrying and if_match is None:
+                raise
+            self.session.rollback()
+            raise self._stale(row.id) from None
+        record_change(self.session, self.repository.kind, row.id)
+        return row
+
+    def _stale(
+        self, entry_id: str, current: int | None = None, expected: int | None = None
+    ) -> PreconditionFailed:
+        if current is not None:
+            detail = (
+                f"{self.repository.kind} {entry_id!r} is at version {current}, "
+                f"not {expected}: fetch it again and reapply your change."
+            )
+        else:
+            detail = (
+                f"{self.repository.kind} {entry_id!r} was changed by another writer "
+                "meanwhile: fetch it again and reapply your change."
+            )
+        return PreconditionFailed(detail)
+
+
+GPU_FIELDS = (
+    "name",
+    "vendor",
+    "architecture",
+    "form_factor",
+    "memory_bytes",
+    "memory_type",
+    "memory_bandwidth_bytes_per_s",
+    "peak_flops_per_s",
+    "interconnect",
+    "tdp_watts",
+    "aliases",
+    "price_per_gpu_hour_usd",
+    "price_note",
+    "efficiency",
+    "sources",
+)
+
+MODEL_FIELDS = (
+    "name",
+    "family",
+    "hf_repo",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "ffn_type",
+    "vocab_size",
+    "max_context_tokens",
+    "tie_word_embeddings",
+    "attention_bias",
+    "moe",
+    "published_params",
+    "sources",
+)
+
+
+def _gpu_columns(fields: dict[str, Any], session: Session, entry_id: str) -> dict[str, Any]:
+    try:
+        gpu_spec_from_fields(fields)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    owners = GpuRepository(session).alias_owners()
+    for alias in fields.get("aliases") or ():
+        owner = owners.get(alias)
+        if owner is not None and owner != entry_id:
+            raise Conflict(
+                f"Alias {alias!r} already names GPU {owner!r}; a device name maps to one GPU.",
+                (FieldProblem("aliases", f"{alias!r} belongs to {owner!r}"),),
+            )
+    return {name: fields.get(name) for name in GPU_FIELDS} | {
+        "aliases": list(fields.get("aliases") or []),
+        "sources": list(fields.get("sources") or []),
+    }
+
+
+def _model_columns(fields: dict[str, Any], _session: Session, _entry_id: str) -> dict[str, Any]:
+    try:
+        params = count_params(model_spec_from_fields(fields))
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    return {name: fields.get(name) for name in MODEL_FIELDS} | {
+        "sources": list(fields.get("sources") or []),
+        "params_total": params.total,
+        "params_active": params.active,
+    }
+
+
+def gpu_entries(session: Session) -> CatalogEntries[GpuRow]:
+    return CatalogEntries(session, GpuRepository(session), GpuNotFound, _gpu_columns, GPU_FIELDS)
+
+
+def model_entries(session: Session) -> CatalogEntries[ModelRow]:
+    return CatalogEntries(
+        session, ModelRepository(session), ModelNotFound, _model_columns, MODEL_FIELDS
+    )
+
+
+class LoadOutcome(StrEnum):
+    INSERTED = "inserted"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    KEPT_USER_EDIT = "kept_user_edit"
+    KEPT_USER_ENTRY = "kept_user_entry"
+    SKIPPED_DELETED = "skipped_deleted"
+
+
+def upsert_bundled(
+    entries: CatalogEntries[Any], entry_id: str, fields: dict[str, Any], digest: str
+) -> LoadOutcome:
+    """Bring one bundled entry in, never over a user's edit, entry or deletion."""
+    repository = entries.repository
+    if repository.is_tombstoned(entry_id):
+        return LoadOutcome.SKIPPED_DELETED
+    row = repository.get(entry_id)
+    if row is None:
+        columns = entries.columns(fields, entry_id)
+        repository.add(
+            repository.row_type(id=entry_id, origin="bundled", bundled_digest=digest, **columns)
+        )
+        record_change(entries.session, repository.kind, entry_id)
+        return LoadOutcome.INSERTED
+    if row.origin != "bundled":
+        return LoadOutcome.KEPT_USER_ENTRY
+    if row.user_modified:
+        return LoadOutcome.KEPT_USER_EDIT
+    if row.bundled_digest == digest:
+        return LoadOutcome.UNCHANGED
+    for name, value in entries.columns(fields, entry_id).items():
+        setattr(row, name, value)
+    row.bundled_digest = digest
+    repository.flush()
+    record_change(entries.session, repository.kind, entry_id)
+    return LoadOutcome.UPDATED
+
+
+def list_gpus(
+    session: Session, *, vendor: str | None, min_memory_bytes: int | None, limit: int, offset: int
+) -> Page[GpuRow]:
+    repository = GpuRepository(session)
+    where = repository.filters(vendor=vendor, min_memory_bytes=min_memory_bytes)
+    items, total = repository.page(where, limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+def list_models(
+    session: Session,
+    *,
+    family: str | None,
+    min_params: int | None,
+    max_params: int | None,
+    limit: int,
+    offset: int,
+) -> Page[ModelRow]:
+    repository = ModelRepository(session)
+    where = repository.filters(family=family, min_params=min_params, max_params=max_params)
+    items, total = repository.page(where, limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)

@@ -1,0 +1,92 @@
+"""Domain errors. Services raise these; one handler in `app.api.errors` turns each into an
+RFC 9457 problem document. A service never builds an HTTP response.
+
+    DomainError
+    ├── NotFound            404  (GpuNotFound, ModelNotFound, RunNotFound, PlanNotFound)
+    ├── AlreadyExists       409
+    ├── Conflict            409  (a unique value another entry holds)
+    ├── PreconditionFailed  412  (If-Match names a version that is no longer current)
+    └── InvalidInput        422  (well-formed but impossible: heads not divisible, ...)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "DomainError",
+    "FieldProblem",
+    "GpuNotFound",
+    "InvalidInput",
+    "ModelNotFound",
+    "NotFound",
+    "PreconditionFailed",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """One reason a request was refused, at a dotted field path of the request body."""
+
+    field: str
+    message: str
+    location: str = "body"
+
+
+class DomainError(Exception):
+    status: int = 400
+    slug: str = "bad-request"
+    title: str = "Bad request"
+
+    def __init__(self, detail: str, errors: tuple[FieldProblem, ...] = ()) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+
+
+class NotFound(DomainError):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class GpuNotFound(NotFound):
+    def __init__(self, gpu_id: str) -> None:
+        super().__init__(f"No GPU with id {gpu_id!r} in the catalog.")
+        self.gpu_id = gpu_id
+
+
+class ModelNotFound(NotFound):
+    def __init__(self, model_id: str) -> None:
+        super().__init__(f"No model with id {model_id!r} in the catalog.")
+        self.model_id = model_id
+
+
+class AlreadyExists(DomainError):
+    status = 409
+    slug = "already-exists"
+    title = "Already exists"
+
+
+class Conflict(DomainError):
+    status = 409
+    slug = "conflict"
+    title = "Conflict"
+
+
+class PreconditionFailed(DomainError):
+    status = 412
+    slug = "precondition-failed"
+    title = "Precondition failed"
+
+
+class InvalidInput(DomainError):
+    status = 422
+    slug = "invalid-input"
+    title = "Invalid input"
+
+    @classmethod
+    def at(cls, field: str, message: str) -> InvalidInput:
+        return cls(f"{field}: {message}", (FieldProblem(field, message),))

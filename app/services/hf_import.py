@@ -1,0 +1,42 @@
+"""Create a model catalog entry from a Hugging Face `config.json`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.catalog.hf_config import HfConfigError, parse_hf_config
+from app.catalog.orm import ModelRow
+from app.services.catalog import model_entries
+from app.services.errors import InvalidInput
+
+__all__ = ["import_hf_config"]
+
+
+def import_hf_config(
+    session: Session,
+    entry_id: str,
+    config: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    hf_repo: str | None = None,
+) -> ModelRow:
+    """Parse `config` and create the entry `entry_id`; a 422 names the config key at fault."""
+    try:
+        fields = parse_hf_config(config).as_dict()
+    except HfConfigError as error:
+        raise InvalidInput.at(f"config.{error.field}", error.message) from None
+    fields["name"] = name or hf_repo or entry_id
+    fields["hf_repo"] = hf_repo
+    if hf_repo:
+        fields["sources"] = [
+            {
+                "title": f"{hf_repo} config.json",
+                "url": f"https://huggingface.co/{hf_repo}/blob/main/config.json",
+                "covers": ["architecture"],
+                "note": "imported through POST /v1/models/hf-import",
+            }
+        ]
+    return model_entries(session).create(entry_id, fields)

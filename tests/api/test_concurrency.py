@@ -1,0 +1,115 @@
+"""Racing writers on real concurrent connections: exactly one wins a version, nothing is lost."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.catalog.db import make_engine, make_session_factory
+from app.catalog.orm import GpuRow
+from app.services import catalog
+from app.services.errors import PreconditionFailed
+from app.settings import Settings
+from tests.conftest import AUTH
+
+WRITERS = 8
+
+
+def test_racing_if_match_writers_exactly_one_wins(client: TestClient) -> None:
+    start = threading.Barrier(WRITERS)
+
+    def write(watts: int) -> int:
+        start.wait()
+        return client.patch(
+            "/v1/gpus/l40s-48gb", json={"tdp_watts": watts}, headers={**AUTH, "If-Match": '"1"'}
+        ).status_code
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        statuses = list(pool.map(write, range(301, 301 + WRITERS)))
+    assert Counter(statuses) == {200: 1, 412: WRITERS - 1}
+    final = client.get("/v1/gpus/l40s-48gb").json()
+    assert final["version"] == 2
+    assert 301 <= final["tdp_watts"] < 301 + WRITERS
+
+
+def test_racing_patches_without_if_match_all_land(client: TestClient) -> None:
+    """Each writer adds a different key of the same JSON column: a lost update would drop one."""
+    start = threading.Barrier(WRITERS)
+    keys = ["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+    def write(index: int) -> int:
+        start.wait()
+        body = {"peak_flops_per_s": {keys[index]: float(index + 1) * 1e12}}
+        return client.patch("/v1/gpus/a10g-24gb", json=body, headers=AUTH).status_code
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        statuses = list(pool.map(write, range(WRITERS)))
+    assert statuses == [200] * WRITERS
+    final = client.get("/v1/gpus/a10g-24gb").json()
+    assert final["version"] == 1 + WRITERS
+    assert final["peak_flops_per_s"] == {key: (i + 1) * 1e12 for i, key in enumerate(keys)}
+
+
+@pytest.mark.parametrize("conditional", [True, False], ids=["if-match", "no-if-match"])
+def test_both_read_before_either_writes(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, conditional: bool
+) -> None:
+    """Force the interleaving: both sessions hold version 1 before either flushes."""
+    both_read = threading.Barrier(2, timeout=10)
+    real_current = catalog.CatalogEntries._current
+    first_reads: set[int] = set()
+
+    def current_then_wait(self, entry_id, if_match):  # type: ignore[no-untyped-def]
+        row = real_current(self, entry_id, if_match)
+        ident = threading.get_ident()
+        if ident not in first_reads:  # only the first read of each writer waits
+            first_reads.add(ident)
+            both_read.wait()
+        return row
+
+    monkeypatch.setattr(catalog.CatalogEntries, "_current", current_then_wait)
+    engine = make_engine(settings.database_url)
+    factory = make_session_factory(engine)
+    outcomes: dict[str, str] = {}
+
+    def writer(name: str, watts: float) -> None:
+        # As the request's session does (app.api.deps.get_session): commit at the end.
+        with factory() as session:
+            try:
+                catalog.gpu_entries(session).patch(
+                    "l4-24gb",
+                    {"tdp_watts": watts} | ({"price_note": name} if name == "a" else {}),
+                    1 if conditional else None,
+                    lambda document: document,
+                )
+                session.commit()
+                outcomes[name] = "won"
+            except PreconditionFailed:
+                outcomes[name] = "412"
+
+    threads = [
+        threading.Thread(target=writer, args=("a", 71.0)),
+        threading.Thread(target=writer, args=("b", 73.0)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    with factory() as session:
+        row = session.get(GpuRow, "l4-24gb")
+        assert row is not None
+        version, watts, note = row.version, row.tdp_watts, row.price_note
+    engine.dispose()
+    if conditional:
+        assert sorted(outcomes.values()) == ["412", "won"]
+        assert version == 2
+        winner = next(name for name, outcome in outcomes.items() if outcome == "won")
+        assert watts == (71.0 if winner == "a" else 73.0)
+    else:
+        assert outcomes == {"a": "won", "b": "won"}
+        assert version == 3  # the loser re-read version 2 and applied its patch on top
+        assert note == "a"  # writer a's other field survived writer b's patch
