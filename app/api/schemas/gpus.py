@@ -14,6 +14,7 @@ __all__ = [
     "EfficiencyFields",
     "GpuCreate",
     "GpuFields",
+    "GpuHardware",
     "GpuPatch",
     "GpuRead",
     "InterconnectFields",
@@ -113,7 +114,27 @@ class EfficiencyFields(Input):
     )
 
 
-class GpuFields(Input):
+class GpuHardware(Input):
+    """What the performance model needs of a GPU. Estimates take one inline wherever they take a
+    catalog GPU id."""
+
+    memory_bytes: int = Field(
+        gt=0,
+        le=2**41,
+        description="Device memory as the driver reports it, in bytes.",
+        examples=[85899345920],
+    )
+    memory_bandwidth_bytes_per_s: float = Field(
+        gt=0, le=100 * _TB, description="Datasheet memory bandwidth.", examples=[3.35e12]
+    )
+    peak_flops_per_s: PeakFlops = Field(description="Dense peak FLOP/s by numeric format.")
+    interconnect: InterconnectFields = Field(description="GPU-to-GPU link within a node.")
+    efficiency: EfficiencyFields | None = Field(
+        default=None, description="Default efficiencies; a calibration replaces them."
+    )
+
+
+class GpuFields(GpuHardware):
     """What a client writes about a GPU."""
 
     name: str = Field(
@@ -128,20 +149,9 @@ class GpuFields(Input):
     form_factor: str | None = Field(
         default=None, max_length=32, description="Board form factor.", examples=["sxm5"]
     )
-    memory_bytes: int = Field(
-        gt=0,
-        le=2**41,
-        description="Device memory as the driver reports it, in bytes.",
-        examples=[85899345920],
-    )
     memory_type: str | None = Field(
         default=None, max_length=32, description="Memory technology.", examples=["HBM3"]
     )
-    memory_bandwidth_bytes_per_s: float = Field(
-        gt=0, le=100 * _TB, description="Datasheet memory bandwidth.", examples=[3.35e12]
-    )
-    peak_flops_per_s: PeakFlops = Field(description="Dense peak FLOP/s by numeric format.")
-    interconnect: InterconnectFields = Field(description="GPU-to-GPU link within a node.")
     tdp_watts: float | None = Field(
         default=None, gt=0, le=10_000, description="Board power limit.", examples=[700]
     )
@@ -160,9 +170,6 @@ class GpuFields(Input):
     )
     price_note: str | None = Field(
         default=None, max_length=2000, description="Where the price comes from, and when."
-    )
-    efficiency: EfficiencyFields | None = Field(
-        default=None, description="Default efficiencies; a calibration replaces them."
     )
     sources: list[SourceRef] = Field(
         default_factory=list, max_length=64, description="Where each figure comes from."

@@ -9,7 +9,14 @@ from pydantic import Field
 from app.api.schemas.common import ENTRY_ID, Input, Output, SourceRef, merge_patch_model
 from app.engine.specs import FfnType
 
-__all__ = ["ModelCreate", "ModelFields", "ModelPatch", "ModelRead", "MoeFields"]
+__all__ = [
+    "ModelArchitecture",
+    "ModelCreate",
+    "ModelFields",
+    "ModelPatch",
+    "ModelRead",
+    "MoeFields",
+]
 
 
 class MoeFields(Input):
@@ -35,21 +42,10 @@ class MoeFields(Input):
     )
 
 
-class ModelFields(Input):
-    """What a client writes about a model: its Hugging Face `config.json`, in our names."""
+class ModelArchitecture(Input):
+    """A model's architecture, as its Hugging Face `config.json` gives it, in our names. Estimates
+    take one inline wherever they take a catalog model id."""
 
-    name: str = Field(
-        min_length=1, max_length=200, description="Display name.", examples=["Meta Llama 3 8B"]
-    )
-    family: str = Field(
-        pattern=r"^[a-z0-9][a-z0-9._-]{0,31}$", description="Model family.", examples=["llama"]
-    )
-    hf_repo: str | None = Field(
-        default=None,
-        max_length=200,
-        description="Hugging Face repository.",
-        examples=["meta-llama/Meta-Llama-3-8B"],
-    )
     num_layers: int = Field(gt=0, le=1000, description="Decoder layers `L`.", examples=[32])
     hidden_size: int = Field(gt=0, le=2**17, description="Model width `d`.", examples=[4096])
     num_attention_heads: int = Field(gt=0, le=1024, description="Query heads `H`.", examples=[32])
@@ -68,6 +64,23 @@ class ModelFields(Input):
     tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
     attention_bias: bool = Field(default=False, description="Q/K/V projections have biases.")
     moe: MoeFields | None = Field(default=None, description="Mixture-of-experts FFN, if any.")
+
+
+class ModelFields(ModelArchitecture):
+    """What a client writes about a model: its architecture, and what it is."""
+
+    name: str = Field(
+        min_length=1, max_length=200, description="Display name.", examples=["Meta Llama 3 8B"]
+    )
+    family: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,31}$", description="Model family.", examples=["llama"]
+    )
+    hf_repo: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Hugging Face repository.",
+        examples=["meta-llama/Meta-Llama-3-8B"],
+    )
     published_params: int | None = Field(
         default=None, gt=0, description="The parameter count its publisher states."
     )

@@ -1,0 +1,212 @@
+"""Runs the planned points on a workload and assembles the run document.
+
+Torch-free: the runner only sees the `Workload` protocol, so it is tested with the real PyTorch
+workload and with fakes alike. It survives what a long GPU run meets:
+
+- an out-of-memory point (`torch.cuda.OutOfMemoryError`, or a `RuntimeError`/`MemoryError`
+  saying out of memory) is recorded as skipped with the reason; memory is released and the run
+  goes on (weights that do not fit skip every point, with the reason);
+- Ctrl-C (`KeyboardInterrupt`) ends the run: the points measured so far are kept, the rest are
+  recorded as skipped with reason "interrupted", and the outcome says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Protocol
+
+from tqdm import tqdm
+
+from app.bench.config import BenchConfig, PointPlan, plan_points
+from app.bench.schema import (
+    INTERRUPTED_REASON,
+    SCHEMA_VERSION,
+    AttentionBackend,
+    Environment,
+    Microbenchmarks,
+    Provenance,
+    ProvenanceKind,
+    RunDocument,
+    RunPoint,
+    Skip,
+)
+from app.bench.timing import TimingStats
+
+__all__ = ["BenchOutcome", "Workload", "is_out_of_memory", "run_benchmark"]
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory")  # CUDA/HIP; PyTorch's CPU allocator
+_REASON_CHARS = 300
+
+
+class Workload(Protocol):
+    """What the runner needs from a device: see `app.bench.workload.TorchWorkload`."""
+
+    @property
+    def attention_backend(self) -> AttentionBackend | None:
+        """The attention kernel the points run with; null before `prepare`."""
+        ...
+
+    def microbenchmarks(self) -> Microbenchmarks: ...
+
+    def prepare(self) -> None:
+        """Build the model (allocate weights); called once, after the microbenchmarks."""
+        ...
+
+    def measure(self, point: PointPlan) -> TimingStats: ...
+
+    def release(self) -> None:
+        """Give cached memory back to the device; called after every point."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOutcome:
+    document: RunDocument
+    interrupted: bool
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for the allocation failures the job skips a point for (PyTorch's CUDA OOM is a
+    `RuntimeError` whose message starts "CUDA out of memory")."""
+    if isinstance(error, MemoryError):
+        return True
+    if isinstance(error, RuntimeError):
+        message = str(error).lower()
+        return any(marker in message for marker in _OOM_MARKERS)
+    return False
+
+
+def _reason(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    first = lines[0] if lines else type(error).__name__
+    if len(first) > _REASON_CHARS:
+        first = first[: _REASON_CHARS - 1] + "…"
+    return f"out of memory: {first}"
+
+
+def _point(plan: PointPlan, stats: TimingStats | None, skip_reason: str | None) -> RunPoint:
+    return RunPoint(
+        phase=plan.phase,
+        prompt_tokens=plan.prompt_tokens,
+        batch_size=plan.batch_size,
+        context_tokens=plan.context_tokens,
+        median_ms=None if stats is None else stats.median_ms,
+        p10_ms=None if stats is None else stats.p10_ms,
+        p90_ms=None if stats is None else stats.p90_ms,
+        repeats=0 if stats is None else stats.repeats,
+        skipped=None if skip_reason is None else Skip(reason=skip_reason),
+    )
+
+
+def _measure_point(workload: Workload, plan: PointPlan) -> RunPoint:
+    skip_reason: str | None = None
+    stats: TimingStats | None = None
+    try:
+        stats = workload.measure(plan)
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        skip_reason = _reason(error)
+    # Out here the exception and its traceback, which pin the failed point's tensors, are gone.
+    workload.release()
+    return _point(plan, stats, skip_reason)
+
+
+def _prepare(workload: Workload) -> str | None:
+    """Build the model; the skip reason for every point when its weights do not fit."""
+    reason: str | None = None
+    try:
+        workload.prepare()
+    except (RuntimeError, MemoryError) as error:
+        if not is_out_of_memory(error):
+            raise
+        reason = f"{_reason(error)} (while allocating the model's weights)"
+    if reason is not None:
+        workload.release()
+    return reason
+
+
+def _job_version() -> str:
+    try:
+        return metadata.version("ridgeline")
+    except metadata.PackageNotFoundError:
+        return "unreleased"
+
+
+def _provenance(config: BenchConfig, notes: tuple[str, ...]) -> Provenance:
+    note = "; ".join(
+        (
+            f"random weights and inputs (seed {config.seed})",
+            f"{config.warmup} warm-up and {config.repeats} timed runs per point",
+            "prefill runs the LM head on the last position only and writes no KV cache",
+            *notes,
+        )
+    )
+    return Provenance(
+        kind=ProvenanceKind.MEASURED_BY_JOB,
+        source=f"ridgeline-bench {_job_version()} (app.bench)",
+        note=note,
+    )
+
+
+def run_benchmark(
+    config: BenchConfig,
+    workload: Workload,
+    *,
+    environment: Environment,
+    gpu: str | None = None,
+    notes: tuple[str, ...] = (),
+    progress: bool | None = None,
+) -> BenchOutcome:
+    """Measure every planned point of `config` on `workload` and build the run document.
+
+    `gpu` is the GPU's catalog id (or null); `notes` say how the spec that ran departs from the
+    catalog's (fewer layers, a longer context), for the provenance. `progress`: show a tqdm
+    bar on stderr (None: only when stderr is a terminal).
+    """
+    created_at = datetime.now(UTC)
+    plans = plan_points(config)
+    points: list[RunPoint] = []
+    microbenchmarks: Microbenchmarks | None = None
+    interrupted = False
+    bar = tqdm(
+        total=len(plans),
+        file=sys.stderr,
+        unit="point",
+        disable=None if progress is None else not progress,
+    )
+    try:
+        bar.set_description("microbenchmarks")
+        microbenchmarks = workload.microbenchmarks()
+        bar.set_description("building model")
+        build_failure = _prepare(workload)
+        for plan in plans:
+            bar.set_description(plan.label)
+            if build_failure is None:
+                points.append(_measure_point(workload, plan))
+            else:
+                points.append(_point(plan, None, build_failure))
+            bar.update()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    points += [_point(plan, None, INTERRUPTED_REASON) for plan in plans[len(points) :]]
+    document = RunDocument(
+        schema_version=SCHEMA_VERSION,
+        id=None,
+        created_at=created_at,
+        environment=environment,
+        gpu=gpu,
+        model=config.model,
+        dtype=config.dtype,
+        tp=1,
+        attention_backend=workload.attention_backend,
+        provenance=_provenance(config, notes),
+        points=points,
+        microbenchmarks=microbenchmarks,
+    )
+    return BenchOutcome(document=document, interrupted=interrupted)
