@@ -8,7 +8,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from app.catalog import orm  # noqa: F401  (registers the tables on Base.metadata)
+from app.catalog import tables  # noqa: F401  (registers every table on Base.metadata)
 from app.catalog.db import Base, make_engine
 from app.settings import get_settings
 

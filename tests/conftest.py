@@ -19,8 +19,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from app.catalog.db import Base, make_engine, make_session_factory
+from app.catalog.db import make_engine, make_session_factory
 from app.catalog.migrate import upgrade
+from app.catalog.tables import Base
 from app.main import create_app
 from app.services.catalog_loader import load_bundled_catalog
 from app.settings import Settings

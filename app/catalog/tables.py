@@ -1,0 +1,7 @@
+"""Every table of the service, imported in one place so `Base.metadata` is complete wherever it
+is needed (Alembic's autogenerate, the tests' database reset)."""
+
+from app.catalog.db import Base
+from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+
+__all__ = ["Base", "CatalogTombstone", "GpuRow", "ModelRow"]
