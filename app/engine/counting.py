@@ -1,0 +1,431 @@
+"""Counting: the FLOPs and bytes of one forward step, per op class, from the architecture alone.
+
+Two layers of API:
+
+- `op_coefficients(model, deployment, attention_dtype)` turns a model into per-GPU *coefficients*:
+  the work per unit of whatever drives each op class (a token through the linear layers, a
+  query-key pair through attention, a cached token through the KV cache, a sequence through the
+  LM head). Everything covers all layers. These coefficients are computed once per (model,
+  deployment) and are what `app.engine.step_cost.StepCostModel` turns into seconds.
+- `count_step(coefficients, load)` multiplies them by a `StepLoad` and returns a `StepCount`:
+  FLOPs, weight bytes, KV-cache bytes read and written, activation bytes per op class, for the
+  whole deployment (the per-GPU work times `tp`, so replicated KV heads count as physical work).
+
+Conventions (DESIGN.md section 3): a multiply-add is 2 FLOPs; causal attention of q queries after
+c cached keys has q*c + q*(q+1)/2 query-key pairs, non-causal q*(c+q); attention FLOPs are
+4*H*h per pair (QK^T and AV); the LM head runs once per sequence per step. Flash attention never
+writes the score matrix, so attention streams Q, K, V and O only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.engine.dtypes import BYTES_PER_ELEMENT, DType
+from app.engine.specs import Deployment, FfnType, GpuSpec, ModelSpec, SpecError
+from app.engine.step_load import StepLoad
+
+__all__ = [
+    "LOGIT_BYTES",
+    "OpClass",
+    "OpCoefficients",
+    "OpCount",
+    "StepCount",
+    "attention_dtype_for",
+    "count_step",
+    "expected_distinct_experts",
+    "kv_heads_per_gpu",
+    "op_coefficients",
+    "pairs_for_chunk",
+    "validate_tp",
+]
+
+LOGIT_BYTES = 4.0
+"""Logits are produced in fp32 for sampling (vLLM's LogitsProcessor upcasts)."""
+
+
+class OpClass(StrEnum):
+    """The kinds of work in a forward step; each is timed by its own roofline."""
+
+    QKV_PROJ = "qkv_proj"
+    O_PROJ = "o_proj"
+    FFN = "ffn"
+    MOE_ROUTER = "moe_router"
+    MOE_EXPERTS = "moe_experts"
+    PREFILL_ATTENTION = "prefill_attention"
+    DECODE_ATTENTION = "decode_attention"
+    LM_HEAD = "lm_head"
+
+
+LINEAR_OP_CLASSES = frozenset(
+    {OpClass.QKV_PROJ, OpClass.O_PROJ, OpClass.FFN, OpClass.MOE_ROUTER, OpClass.MOE_EXPERTS}
+)
+ATTENTION_OP_CLASSES = frozenset({OpClass.PREFILL_ATTENTION, OpClass.DECODE_ATTENTION})
+
+
+def validate_tp(model: ModelSpec, tp: int) -> None:
+    """`SpecError("tp", ...)` unless `tp` splits the model the way vLLM/TensorRT-LLM require:
+    query heads divisible by tp, KV heads divisible by tp or tp a multiple of them (then each
+    KV head is replicated tp/K times), FFN widths divisible by tp."""
+    heads, kv_heads = model.num_attention_heads, model.num_kv_heads
+    if tp < 1:
+        raise SpecError("tp", f"must be at least 1, got {tp}")
+    if heads % tp:
+        raise SpecError("tp", f"{heads} query heads cannot be split evenly across {tp} GPUs")
+    if kv_heads % tp and tp % kv_heads:
+        raise SpecError(
+            "tp",
+            f"{kv_heads} KV heads can be neither split across nor replicated onto {tp} GPUs",
+        )
+    widths = [("intermediate_size", model.intermediate_size)]
+    if model.moe is not None:
+        widths.append(("moe.expert_intermediate_size", model.moe.expert_intermediate_size))
+    for name, width in widths:
+        if width % tp:
+            raise SpecError("tp", f"{name} {width} cannot be split evenly across {tp} GPUs")
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
+    """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; seed 004)."""
+    return max(1.0, model.num_kv_heads / tp)
+
+
+def attention_dtype_for(gpu: GpuSpec, deployment: Deployment) -> DType:
+    """The format attention computes in.
+
+    fp8 when the KV cache is fp8 and the GPU has fp8 tensor cores (FlashAttention-3 and
+    TensorRT-LLM's FP8 context/generation kernels read Q, K, V in fp8); otherwise the activation
+    format (int8/int4/fp8 KV caches are dequantised in the kernel, as vLLM does on A100).
+    """
+    if deployment.kv_dtype is DType.FP8 and DType.FP8 in gpu.peak_flops_per_s:
+        return DType.FP8
+    return deployment.activation_dtype
+
+
+def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected number of distinct experts `tokens` tokens touch in one MoE layer, under
+    uniform top-k routing: E * (1 - (1 - k/E)^tokens) (each expert is missed by one token with
+    probability 1 - k/E)."""
+    if tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - math.pow(1.0 - experts_per_token / num_experts, tokens))
+
+
+def pairs_for_chunk(query_tokens: int, cached_tokens: int, *, causal: bool) -> float:
+    """Query-key pairs of a chunk of q queries after c cached keys: q*c + q*(q+1)/2 causal,
+    q*(c+q) non-causal (DESIGN.md section 3)."""
+    q, c = float(query_tokens), float(cached_tokens)
+    if causal:
+        return q * c + q * (q + 1.0) / 2.0
+    return q * (c + q)
+
+
+@dataclass(frozen=True, slots=True)
+class OpCoefficients:
+    """Per-GPU work of one forward step per unit of its driver, summed over all layers.
+
+    Linear op classes are per token through the layer (plus a weight read once per step); the
+    LM head is per sequence; prefill attention is per query-key pair (FLOPs), per new token
+    (Q and O streamed, K and V written to the cache) and per KV token streamed; decode attention
+    is per context token and per sequence. Units: FLOP and bytes.
+    """
+
+    tp: int
+    kv_heads_per_gpu: float
+    # query, key and value projections
+    qkv_flops_per_token: float
+    qkv_weight_bytes: float
+    qkv_activation_bytes_per_token: float
+    # attention output projection
+    o_flops_per_token: float
+    o_weight_bytes: float
+    o_activation_bytes_per_token: float
+    # dense FFN layers (all layers of a dense model, the leading dense layers of an MoE)
+    ffn_flops_per_token: float
+    ffn_weight_bytes: float
+    ffn_activation_bytes_per_token: float
+    # MoE router
+    router_flops_per_token: float
+    router_weight_bytes: float
+    router_activation_bytes_per_token: float
+    # MoE experts: routed experts are read only when some token picks them
+    expert_flops_per_token: float
+    routed_expert_weight_bytes: float
+    """One routed expert's weights summed over the MoE layers (per GPU)."""
+    shared_expert_weight_bytes: float
+    expert_activation_bytes_per_token: float
+    num_experts: int
+    experts_per_token: int
+    # LM head
+    lm_head_flops_per_sequence: float
+    lm_head_weight_bytes: float
+    lm_head_activation_bytes_per_sequence: float
+    # attention
+    attention_flops_per_pair: float
+    attention_qo_bytes_per_token: float
+    """Q read and O written, per query token."""
+    kv_bytes_per_token: float
+    """K and V of one token in the cache (per GPU, all layers), read or written."""
+    # tensor-parallel communication
+    allreduce_bytes_per_token: float
+    """Activation bytes all-reduced per token per step (two all-reduces per layer)."""
+    allreduces_per_step: int
+    linear_flops_per_token: float
+    """All linear FLOPs per token (QKV, O, FFN, router, experts), excluding the LM head."""
+
+
+def op_coefficients(
+    model: ModelSpec, deployment: Deployment, attention_dtype: DType
+) -> OpCoefficients:
+    """Per-GPU coefficients of `model` laid out as `deployment` (see `OpCoefficients`).
+
+    Quantised weight formats apply to the decoder's linear layers; the embedding, LM head,
+    norms and MoE router stay in the activation format, as vLLM's FP8/AWQ/GPTQ checkpoints keep
+    them. Raises `SpecError("tp", ...)` when tp cannot split the model.
+    """
+    tp = deployment.tp
+    validate_tp(model, tp)
+    d, h, layers = model.hidden_size, model.head_dim, model.num_layers
+    weight_b = BYTES_PER_ELEMENT[deployment.weight_dtype]
+    act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
+    kv_b = BYTES_PER_ELEMENT[deployment.kv_dtype]
+    qo_b = BYTES_PER_ELEMENT[attention_dtype]
+    heads_gpu = model.num_attention_heads / tp
+    kv_heads_gpu = kv_heads_per_gpu(model, tp)
+    moe = model.moe
+    dense_layers = layers if moe is None else moe.num_dense_layers
+    moe_layers = layers - dense_layers
+    matrices = 3 if model.ffn_type is FfnType.GATED else 2  # gate, up, down / up, down
+
+    # Q, K, V projections: d -> (H + 2K) h outputs per token; 2 FLOPs per multiply-add.
+    qkv_width = (heads_gpu + 2 * kv_heads_gpu) * h
+    qkv_bias_bytes = qkv_width * act_b if model.attention_bias else 0.0
+    # O projection: H h -> d.
+    o_width = heads_gpu * h
+    # Dense FFN: matrices * d * f weights, sharded by column/row across tp.
+    ffn_width = model.intermediate_size / tp
+    # Read d, write the (m-1) f gate/up outputs, read f into the down projection, write d.
+    ffn_activation = 2 * d + matrices * ffn_width
+
+    if moe is not None:
+        expert_width = moe.expert_intermediate_size / tp
+        shared_width = moe.num_shared_experts * moe.shared_width / tp
+        routed_per_token = moe.experts_per_token * matrices * d * expert_width
+        shared_per_token = matrices * d * shared_width
+        expert_flops = 2.0 * (routed_per_token + shared_per_token) * moe_layers
+        routed_expert_bytes = matrices * d * expert_width * weight_b * moe_layers
+        shared_bytes = matrices * d * shared_width * weight_b * moe_layers
+        expert_activation = (
+            (
+                (moe.experts_per_token + moe.num_shared_experts) * 2 * d
+                + matrices * (moe.experts_per_token * expert_width + shared_width)
+            )
+            * act_b
+            * moe_layers
+        )
+        router_flops = 2.0 * d * moe.num_experts / tp * moe_layers
+        router_bytes = d * moe.num_experts / tp * act_b * moe_layers
+        router_activation = (d + moe.num_experts / tp) * act_b * moe_layers
+        num_experts, top_k = moe.num_experts, moe.experts_per_token
+    else:
+        expert_flops = routed_expert_bytes = shared_bytes = expert_activation = 0.0
+        router_flops = router_bytes = router_activation = 0.0
+        num_experts, top_k = 1, 1
+
+    qkv_flops = 2.0 * d * qkv_width * layers
+    o_flops = 2.0 * o_width * d * layers
+    ffn_flops = 2.0 * matrices * d * ffn_width * dense_layers
+    return OpCoefficients(
+        tp=tp,
+        kv_heads_per_gpu=kv_heads_gpu,
+        qkv_flops_per_token=qkv_flops,
+        qkv_weight_bytes=(d * qkv_width * weight_b + qkv_bias_bytes) * layers,
+        qkv_activation_bytes_per_token=(d + qkv_width) * act_b * layers,
+        o_flops_per_token=o_flops,
+        o_weight_bytes=o_width * d * weight_b * layers,
+        o_activation_bytes_per_token=(o_width + d) * act_b * layers,
+        ffn_flops_per_token=ffn_flops,
+        ffn_weight_bytes=matrices * d * ffn_width * weight_b * dense_layers,
+        ffn_activation_bytes_per_token=ffn_activation * act_b * dense_layers,
+        router_flops_per_token=router_flops,
+        router_weight_bytes=router_bytes,
+        router_activation_bytes_per_token=router_activation,
+        expert_flops_per_token=expert_flops,
+        routed_expert_weight_bytes=routed_expert_bytes,
+        shared_expert_weight_bytes=shared_bytes,
+        expert_activation_bytes_per_token=expert_activation,
+        num_experts=num_experts,
+        experts_per_token=top_k,
+        # LM head: d -> V/tp (vocab-parallel), 2 d V FLOPs per sequence; logits in fp32.
+        lm_head_flops_per_sequence=2.0 * d * model.vocab_size / tp,
+        lm_head_weight_bytes=d * model.vocab_size / tp * act_b,
+        lm_head_activation_bytes_per_sequence=d * act_b + model.vocab_size / tp * LOGIT_BYTES,
+        # Attention: QK^T and AV, 2 * 2 * h FLOPs per head per query-key pair.
+        attention_flops_per_pair=4.0 * heads_gpu * h * layers,
+        attention_qo_bytes_per_token=2.0 * heads_gpu * h * qo_b * layers,
+        # KV cache: K and V, K/tp (at least 1) heads of h elements per layer (DESIGN.md 3).
+        kv_bytes_per_token=2.0 * kv_heads_gpu * h * kv_b * layers,
+        # Megatron TP: one all-reduce after attention, one after the FFN, of d per token.
+        allreduce_bytes_per_token=2.0 * d * act_b * layers if tp > 1 else 0.0,
+        allreduces_per_step=2 * layers if tp > 1 else 0,
+        linear_flops_per_token=qkv_flops + o_flops + ffn_flops + router_flops + expert_flops,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OpCount:
+    """The work of one op class in a step (or a run of steps), whole deployment."""
+
+    op_class: OpClass
+    flops: float = 0.0
+    weight_bytes: float = 0.0
+    kv_read_bytes: float = 0.0
+    kv_write_bytes: float = 0.0
+    activation_bytes: float = 0.0
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes + self.activation_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StepCount:
+    """Per-op-class counts of a step, summed over all GPUs of the deployment."""
+
+    ops: tuple[OpCount, ...]
+
+    def op(self, op_class: OpClass) -> OpCount:
+        """The count of `op_class`; zeros when the step has none."""
+        for op in self.ops:
+            if op.op_class is op_class:
+                return op
+        return OpCount(op_class)
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    @property
+    def linear_flops(self) -> float:
+        """QKV, O, FFN, router and expert FLOPs (the seeds' 'linear term', LM head excluded)."""
+        return sum(op.flops for op in self.ops if op.op_class in LINEAR_OP_CLASSES)
+
+    @property
+    def attention_flops(self) -> float:
+        return sum(op.flops for op in self.ops if op.op_class in ATTENTION_OP_CLASSES)
+
+    @property
+    def lm_head_flops(self) -> float:
+        return self.op(OpClass.LM_HEAD).flops
+
+    @property
+    def weight_bytes(self) -> float:
+        return sum(op.weight_bytes for op in self.ops)
+
+    @property
+    def kv_bytes(self) -> float:
+        """KV-cache bytes read and written."""
+        return sum(op.kv_read_bytes + op.kv_write_bytes for op in self.ops)
+
+    @property
+    def activation_bytes(self) -> float:
+        return sum(op.activation_bytes for op in self.ops)
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte moved to or from memory."""
+        return self.flops / self.bytes if self.bytes > 0 else 0.0
+
+
+def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) -> StepCount:
+    """Counts of `load`, whole deployment (per-GPU work times tp).
+
+    `steps` > 1 means `load` is the sum of that many steps with the same number of tokens
+    each (the full chunks of a chunked prefill): FLOPs, KV and activation bytes add up, and the
+    weights are read once per step.
+    """
+    if steps < 1:
+        raise SpecError("steps", f"must be at least 1, got {steps}")
+    c = coefficients
+    tokens = float(load.tokens)
+    sequences = float(load.prefill_chunks + load.decode_seqs)
+    reads = float(steps) if tokens > 0 else 0.0
+    tokens_per_step = tokens / steps
+    distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, tokens_per_step)
+    expert_weights = (
+        (distinct * c.routed_expert_weight_bytes + c.shared_expert_weight_bytes) * reads
+        if c.expert_flops_per_token > 0
+        else 0.0
+    )
+    per_gpu = (
+        OpCount(
+            OpClass.QKV_PROJ,
+            flops=tokens * c.qkv_flops_per_token,
+            weight_bytes=reads * c.qkv_weight_bytes,
+            activation_bytes=tokens * c.qkv_activation_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.O_PROJ,
+            flops=tokens * c.o_flops_per_token,
+            weight_bytes=reads * c.o_weight_bytes,
+            activation_bytes=tokens * c.o_activation_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.FFN,
+            flops=tokens * c.ffn_flops_per_token,
+            weight_bytes=reads * c.ffn_weight_bytes,
+            activation_bytes=tokens * c.ffn_activation_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.MOE_ROUTER,
+            flops=tokens * c.router_flops_per_token,
+            weight_bytes=reads * c.router_weight_bytes,
+            activation_bytes=tokens * c.router_activation_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.MOE_EXPERTS,
+            flops=tokens * c.expert_flops_per_token,
+            weight_bytes=expert_weights,
+            activation_bytes=tokens * c.expert_activation_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.PREFILL_ATTENTION,
+            flops=load.prefill_attention_pairs * c.attention_flops_per_pair,
+            kv_read_bytes=load.prefill_kv_tokens * c.kv_bytes_per_token,
+            kv_write_bytes=load.prefill_tokens * c.kv_bytes_per_token,
+            activation_bytes=load.prefill_tokens * c.attention_qo_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.DECODE_ATTENTION,
+            flops=load.decode_context_tokens * c.attention_flops_per_pair,
+            kv_read_bytes=load.decode_context_tokens * c.kv_bytes_per_token,
+            kv_write_bytes=load.decode_seqs * c.kv_bytes_per_token,
+            activation_bytes=load.decode_seqs * c.attention_qo_bytes_per_token,
+        ),
+        OpCount(
+            OpClass.LM_HEAD,
+            flops=sequences * c.lm_head_flops_per_sequence,
+            weight_bytes=(reads if sequences > 0 else 0.0) * c.lm_head_weight_bytes,
+            activation_bytes=sequences * c.lm_head_activation_bytes_per_sequence,
+        ),
+    )
+    scale = float(c.tp)
+    return StepCount(
+        tuple(
+            OpCount(
+                op.op_class,
+                flops=op.flops * scale,
+                weight_bytes=op.weight_bytes * scale,
+                kv_read_bytes=op.kv_read_bytes * scale,
+                kv_write_bytes=op.kv_write_bytes * scale,
+                activation_bytes=op.activation_bytes * scale,
+            )
+            for op in per_gpu
+        )
+    )

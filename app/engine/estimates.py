@@ -1,0 +1,466 @@
+"""Latency estimates: prefill (TTFT), the prefill curve, decode (TPOT), a whole request, and the
+batch ceiling. Each takes a `StepCostModel` (built once per model, GPU, deployment and
+efficiency) and returns a frozen result that carries every number the HTTP layer returns.
+
+Work (`flops`, `bytes`) is for the whole deployment (all GPUs); times are wall-clock for the TP
+group. Impossible input raises `SpecError` naming the request field; allowed but unwise input
+comes back in `warnings`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from app.engine.counting import OpCount, StepCount, op_coefficients
+from app.engine.memory import (
+    kv_bytes_per_sequence,
+    memory_plan,
+)
+from app.engine.specs import SpecError
+from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.step_load import StepLoad
+from app.engine.timing import Bound
+from app.engine.units import GB, MS_PER_S
+
+__all__ = [
+    "MAX_CURVE_POINTS",
+    "BytesBreakdown",
+    "CurvePoint",
+    "DecodeEstimate",
+    "FlopsBreakdown",
+    "PrefillCurve",
+    "PrefillEstimate",
+    "RequestEstimate",
+    "crossover_tokens",
+    "deployment_warnings",
+    "estimate_decode",
+    "estimate_prefill",
+    "estimate_request",
+    "positive",
+    "prefill_curve",
+    "prefill_seconds",
+    "within_context",
+]
+
+MAX_CURVE_POINTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class FlopsBreakdown:
+    """FLOPs by kind, whole deployment. `linear`: QKV, O, FFN, router and experts."""
+
+    linear: float
+    attention: float
+    lm_head: float
+
+    @property
+    def total(self) -> float:
+        return self.linear + self.attention + self.lm_head
+
+
+@dataclass(frozen=True, slots=True)
+class BytesBreakdown:
+    """Bytes moved to or from GPU memory, whole deployment."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations
+
+
+def _flops(counts: StepCount) -> FlopsBreakdown:
+    return FlopsBreakdown(counts.linear_flops, counts.attention_flops, counts.lm_head_flops)
+
+
+def _bytes(counts: StepCount) -> BytesBreakdown:
+    return BytesBreakdown(counts.weight_bytes, counts.kv_bytes, counts.activation_bytes)
+
+
+def _add(a: StepCount, b: StepCount) -> StepCount:
+    return StepCount(
+        tuple(
+            OpCount(
+                x.op_class,
+                flops=x.flops + y.flops,
+                weight_bytes=x.weight_bytes + y.weight_bytes,
+                kv_read_bytes=x.kv_read_bytes + y.kv_read_bytes,
+                kv_write_bytes=x.kv_write_bytes + y.kv_write_bytes,
+                activation_bytes=x.activation_bytes + y.activation_bytes,
+            )
+            for x, y in zip(a.ops, b.ops, strict=True)
+        )
+    )
+
+
+def positive(field: str, value: int) -> None:
+    if value <= 0:
+        raise SpecError(field, f"must be positive, got {value}")
+
+
+def within_context(cost: StepCostModel, field: str, tokens: int) -> None:
+    limit = cost.model.max_context_tokens
+    if tokens > limit:
+        raise SpecError(field, f"{tokens} tokens exceed the model's {limit}-token context")
+
+
+def deployment_warnings(cost: StepCostModel) -> list[str]:
+    model, tp = cost.model, cost.deployment.tp
+    if tp > model.num_kv_heads:
+        return [
+            f"tp {tp} exceeds the model's {model.num_kv_heads} KV heads: each KV head is "
+            f"replicated {tp // model.num_kv_heads} times, multiplying KV-cache memory and reads"
+        ]
+    return []
+
+
+def crossover_tokens(cost: StepCostModel, *, causal: bool = True) -> int:
+    """Prompt length at which attention FLOPs equal linear FLOPs (seed 000: 6d for MHA with a
+    4d MLP, non-causal). Non-causal a*n^2 = l*n gives n = l/a; causal a*n(n+1)/2 = l*n gives
+    n = 2l/a - 1, with l the linear FLOPs per token and a the attention FLOPs per pair."""
+    # The model's own ratio (tp 1): replicated KV projections beyond tp > K are not the model's.
+    c = op_coefficients(cost.model, replace(cost.deployment, tp=1), cost.attention_dtype)
+    ratio = c.linear_flops_per_token / c.attention_flops_per_pair
+    return round(2.0 * ratio - 1.0 if causal else ratio)
+
+
+def _chunked_loads(
+    new_tokens: int, chunk_tokens: int, batch_size: int, cached_tokens: int, causal: bool
+) -> tuple[StepLoad, StepLoad, int, StepLoad | None]:
+    """(first full chunk, per-chunk increment, number of full chunks, remainder chunk)."""
+    full, rest = divmod(new_tokens, chunk_tokens)
+    first = prefill_load(
+        chunk_tokens, batch_size=batch_size, cached_tokens=cached_tokens, causal=causal
+    )
+    # Each later chunk sits chunk_tokens deeper: chunk^2 more pairs, chunk more KV tokens.
+    step = StepLoad(
+        prefill_attention_pairs=float(batch_size * chunk_tokens * chunk_tokens),
+        prefill_kv_tokens=batch_size * chunk_tokens,
+    )
+    remainder = (
+        prefill_load(
+            rest,
+            batch_size=batch_size,
+            cached_tokens=cached_tokens + full * chunk_tokens,
+            causal=causal,
+        )
+        if rest
+        else None
+    )
+    return first, step, full, remainder
+
+
+def prefill_seconds(
+    cost: StepCostModel,
+    prompt_tokens: int,
+    *,
+    batch_size: int = 1,
+    cached_prefix_tokens: int = 0,
+    chunk_tokens: int | None = None,
+    causal: bool = True,
+    decode: StepLoad | None = None,
+) -> tuple[float, int]:
+    """(seconds, steps) to prefill `batch_size` prompts, in chunks when `chunk_tokens` is set,
+    optionally beside a running decode batch whose contexts grow by one token per step."""
+    new = prompt_tokens - cached_prefix_tokens
+    decode = decode or StepLoad()
+    if chunk_tokens is None or chunk_tokens >= new:
+        load = prefill_load(
+            new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
+        )
+        return cost.seconds(_merge(load, decode)), 1
+    first, step, full, remainder = _chunked_loads(
+        new, chunk_tokens, batch_size, cached_prefix_tokens, causal
+    )
+    step = _merge(step, StepLoad(decode_context_tokens=decode.decode_seqs))
+    seconds = cost.sum_seconds(_merge(first, decode), step, full)
+    if remainder is not None:
+        grown = StepLoad(
+            decode_seqs=decode.decode_seqs,
+            decode_context_tokens=decode.decode_context_tokens + full * decode.decode_seqs,
+        )
+        seconds += cost.seconds(_merge(remainder, grown))
+    return seconds, full + (remainder is not None)
+
+
+def _merge(a: StepLoad, b: StepLoad) -> StepLoad:
+    return StepLoad(
+        prefill_tokens=a.prefill_tokens + b.prefill_tokens,
+        prefill_chunks=a.prefill_chunks + b.prefill_chunks,
+        prefill_attention_pairs=a.prefill_attention_pairs + b.prefill_attention_pairs,
+        prefill_kv_tokens=a.prefill_kv_tokens + b.prefill_kv_tokens,
+        decode_seqs=a.decode_seqs + b.decode_seqs,
+        decode_context_tokens=a.decode_context_tokens + b.decode_context_tokens,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillEstimate:
+    """Time to first token of `batch_size` prompts prefilled together."""
+
+    ttft_ms: float
+    flops: FlopsBreakdown
+    bytes: BytesBreakdown
+    bound: Bound
+    arithmetic_intensity: float
+    """FLOP per byte of the whole prefill."""
+    attention_share: float
+    """Attention FLOPs over all FLOPs."""
+    crossover_tokens: int
+    prompt_tokens: int
+    batch_size: int
+    cached_prefix_tokens: int
+    chunk_tokens: int | None
+    steps: int
+    causal: bool
+    warnings: tuple[str, ...] = ()
+
+
+def estimate_prefill(
+    cost: StepCostModel,
+    *,
+    prompt_tokens: int,
+    batch_size: int = 1,
+    cached_prefix_tokens: int = 0,
+    chunk_tokens: int | None = None,
+    causal: bool = True,
+) -> PrefillEstimate:
+    """TTFT: one forward step over the new tokens, or the sum of the chunked steps."""
+    positive("prompt_tokens", prompt_tokens)
+    positive("batch_size", batch_size)
+    within_context(cost, "prompt_tokens", prompt_tokens)
+    if not 0 <= cached_prefix_tokens < prompt_tokens:
+        raise SpecError(
+            "cached_prefix_tokens",
+            f"must be in [0, prompt_tokens) = [0, {prompt_tokens}), got {cached_prefix_tokens}",
+        )
+    if chunk_tokens is not None:
+        positive("chunk_tokens", chunk_tokens)
+    seconds, steps = prefill_seconds(
+        cost,
+        prompt_tokens,
+        batch_size=batch_size,
+        cached_prefix_tokens=cached_prefix_tokens,
+        chunk_tokens=chunk_tokens,
+        causal=causal,
+    )
+    new = prompt_tokens - cached_prefix_tokens
+    if chunk_tokens is None or chunk_tokens >= new:
+        counts = cost.count(
+            prefill_load(
+                new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
+            )
+        )
+    else:
+        first, step, full, remainder = _chunked_loads(
+            new, chunk_tokens, batch_size, cached_prefix_tokens, causal
+        )
+        triangle = full * (full - 1) // 2  # sum of j for j < full
+        total = StepLoad(
+            prefill_tokens=full * first.prefill_tokens,
+            prefill_chunks=full * first.prefill_chunks,
+            prefill_attention_pairs=full * first.prefill_attention_pairs
+            + triangle * step.prefill_attention_pairs,
+            prefill_kv_tokens=full * first.prefill_kv_tokens + triangle * step.prefill_kv_tokens,
+        )
+        counts = cost.count(total, steps=full)
+        if remainder is not None:
+            counts = _add(counts, cost.count(remainder))
+    crossover = crossover_tokens(cost, causal=causal)
+    warnings = deployment_warnings(cost)
+    if prompt_tokens > crossover:
+        warnings.append(
+            f"{prompt_tokens} tokens is past the {crossover}-token crossover: attention is most "
+            "of the work and TTFT grows about quadratically with the prompt"
+        )
+    flops = _flops(counts)
+    return PrefillEstimate(
+        ttft_ms=seconds * MS_PER_S,
+        flops=flops,
+        bytes=_bytes(counts),
+        bound=cost.bound_of(counts),
+        arithmetic_intensity=counts.arithmetic_intensity,
+        attention_share=flops.attention / flops.total,
+        crossover_tokens=crossover,
+        prompt_tokens=prompt_tokens,
+        batch_size=batch_size,
+        cached_prefix_tokens=cached_prefix_tokens,
+        chunk_tokens=chunk_tokens,
+        steps=steps,
+        causal=causal,
+        warnings=tuple(warnings),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    prompt_tokens: int
+    ttft_ms: float
+    attention_share: float
+    ratio_to_previous: float | None
+    """TTFT over the previous point's TTFT; None for the first point."""
+    loglog_slope: float | None
+    """d log TTFT / d log n against the previous point; None for the first point or equal n."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCurve:
+    points: tuple[CurvePoint, ...]
+    crossover_tokens: int
+    warnings: tuple[str, ...] = ()
+
+
+def prefill_curve(
+    cost: StepCostModel,
+    prompt_tokens: Sequence[int],
+    *,
+    batch_size: int = 1,
+    chunk_tokens: int | None = None,
+    causal: bool = True,
+) -> PrefillCurve:
+    """TTFT at each prompt length, in the order given (O(1) per point)."""
+    if not prompt_tokens:
+        raise SpecError("prompt_tokens", "needs at least one length")
+    if len(prompt_tokens) > MAX_CURVE_POINTS:
+        raise SpecError("prompt_tokens", f"at most {MAX_CURVE_POINTS} points")
+    positive("batch_size", batch_size)
+    if chunk_tokens is not None:
+        positive("chunk_tokens", chunk_tokens)
+    for n in prompt_tokens:
+        positive("prompt_tokens", n)
+        within_context(cost, "prompt_tokens", n)
+    c = cost.coefficients
+    points: list[CurvePoint] = []
+    previous: tuple[int, float] | None = None
+    for n in prompt_tokens:
+        seconds, _ = prefill_seconds(
+            cost, n, batch_size=batch_size, chunk_tokens=chunk_tokens, causal=causal
+        )
+        # Shares from the per-GPU coefficients: linear per token, attention per pair, LM head.
+        attention = c.attention_flops_per_pair * (n * (n + 1) / 2 if causal else n * n)
+        total = attention + c.linear_flops_per_token * n + c.lm_head_flops_per_sequence
+        ratio = slope = None
+        if previous is not None:
+            ratio = seconds / previous[1]
+            if n != previous[0]:
+                slope = math.log(ratio) / math.log(n / previous[0])
+        points.append(CurvePoint(n, seconds * MS_PER_S, attention / total, ratio, slope))
+        previous = (n, seconds)
+    return PrefillCurve(
+        tuple(points), crossover_tokens(cost, causal=causal), tuple(deployment_warnings(cost))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeEstimate:
+    """One decode step of `batch_size` sequences, each attending over `context_tokens`."""
+
+    tpot_ms: float
+    flops: FlopsBreakdown
+    bytes: BytesBreakdown
+    arithmetic_intensity: float
+    bound: Bound
+    compute_utilization: float
+    """Achieved FLOP/s over the TP group's peak in the GEMM format."""
+    tokens_per_s: float
+    communication_share: float
+    batch_size: int
+    context_tokens: int
+    warnings: tuple[str, ...] = ()
+
+
+def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int) -> DecodeEstimate:
+    """TPOT of one decode step."""
+    positive("batch_size", batch_size)
+    positive("context_tokens", context_tokens)
+    within_context(cost, "context_tokens", context_tokens)
+    load = decode_load(batch_size, context_tokens)
+    step = cost.breakdown(load)
+    counts = cost.count(load)
+    seconds = step.total_s
+    peak = cost.peak_flops_per_s * cost.deployment.tp
+    warnings = deployment_warnings(cost)
+    plan = memory_plan(cost.model, cost.gpu, cost.deployment)
+    needed = batch_size * kv_bytes_per_sequence(cost.model, cost.deployment, context_tokens)
+    if needed > plan.kv_pool_bytes:
+        warnings.append(
+            f"{batch_size} sequences of {context_tokens} tokens need {needed / GB:.1f} GB of KV "
+            f"cache per GPU; about {max(plan.kv_pool_bytes, 0.0) / GB:.1f} GB is left after "
+            "weights and activations"
+        )
+    return DecodeEstimate(
+        tpot_ms=seconds * MS_PER_S,
+        flops=_flops(counts),
+        bytes=_bytes(counts),
+        arithmetic_intensity=counts.arithmetic_intensity,
+        bound=step.bound,
+        compute_utilization=counts.flops / seconds / peak,
+        tokens_per_s=batch_size / seconds,
+        communication_share=step.communication_share,
+        batch_size=batch_size,
+        context_tokens=context_tokens,
+        warnings=tuple(warnings),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEstimate:
+    """End to end: e2e_ms = ttft_ms + (output_tokens - 1) * tpot_ms (seed 002)."""
+
+    ttft_ms: float
+    tpot_ms: float
+    """Mean decode step over contexts prompt_tokens .. prompt_tokens + output_tokens - 1."""
+    e2e_ms: float
+    prompt_tokens: int
+    output_tokens: int
+    batch_size: int
+    warnings: tuple[str, ...] = ()
+
+
+def estimate_request(
+    cost: StepCostModel,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    batch_size: int = 1,
+    cached_prefix_tokens: int = 0,
+    chunk_tokens: int | None = None,
+    causal: bool = True,
+) -> RequestEstimate:
+    """TTFT, mean TPOT and end-to-end latency of `batch_size` identical requests."""
+    positive("output_tokens", output_tokens)
+    prefill = estimate_prefill(
+        cost,
+        prompt_tokens=prompt_tokens,
+        batch_size=batch_size,
+        cached_prefix_tokens=cached_prefix_tokens,
+        chunk_tokens=chunk_tokens,
+        causal=causal,
+    )
+    last_context = prompt_tokens + output_tokens - 1
+    if last_context > cost.model.max_context_tokens:
+        raise SpecError(
+            "output_tokens",
+            f"prompt plus output ({last_context + 1} tokens) exceeds the model's "
+            f"{cost.model.max_context_tokens}-token context",
+        )
+    # Decode step i attends over prompt + i tokens; the sum over i is exact (piecewise linear).
+    total_s = cost.sum_seconds(
+        decode_load(batch_size, prompt_tokens),
+        StepLoad(decode_context_tokens=batch_size),
+        output_tokens,
+    )
+    tpot_ms = total_s / output_tokens * MS_PER_S
+    return RequestEstimate(
+        ttft_ms=prefill.ttft_ms,
+        tpot_ms=tpot_ms,
+        e2e_ms=prefill.ttft_ms + (output_tokens - 1) * tpot_ms,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        batch_size=batch_size,
+        warnings=prefill.warnings,
+    )

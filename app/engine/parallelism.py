@@ -1,0 +1,315 @@
+"""Tensor-parallel feasibility: which TP degrees can split the model, which fit in memory, what
+each costs in latency and communication, and what to do when tp would have to exceed the KV heads.
+
+A TP degree is feasible when it splits the query heads, splits or replicates the KV heads evenly
+and splits the FFN width (the constraints vLLM and TensorRT-LLM enforce). It fits when weights,
+the activation reserve and `batch_size` sequences of `context_tokens` fit in the usable memory of
+each GPU. Beyond K GPUs each KV head is replicated tp/K times (seed 004).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.engine.counting import validate_tp
+from app.engine.memory import (
+    DEFAULT_BLOCK_TOKENS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    kv_bytes_per_sequence,
+    memory_plan,
+)
+from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
+from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.units import GB, MS_PER_S
+
+__all__ = [
+    "DEFAULT_TP_CANDIDATES",
+    "Alternative",
+    "AlternativeKind",
+    "TpCandidate",
+    "TpFeasibility",
+    "assess_tp",
+]
+
+DEFAULT_TP_CANDIDATES = (1, 2, 4, 8, 16)
+
+
+class AlternativeKind(StrEnum):
+    ATTENTION_DATA_PARALLEL = "attention_data_parallel"
+    CONTEXT_PARALLEL = "context_parallel"
+    PIPELINE_PARALLEL = "pipeline_parallel"
+    EXPERT_PARALLEL = "expert_parallel"
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    kind: AlternativeKind
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class TpCandidate:
+    """One TP degree. Byte figures are per GPU; times are None when tp cannot split the model."""
+
+    tp: int
+    feasible: bool
+    kv_head_replication: float
+    """tp/K when tp exceeds the KV heads, else 1."""
+    fits_memory: bool
+    weights_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    kv_pool_bytes_per_gpu: float
+    max_batch_by_memory: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    communication_share_prefill: float | None
+    communication_share_decode: float | None
+    meets_latency_goal: bool | None
+    """None when no goal was given or tp is infeasible."""
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TpFeasibility:
+    candidates: tuple[TpCandidate, ...]
+    recommended_tp: int | None
+    recommendation: str
+    alternatives: tuple[Alternative, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def _infeasible(tp: int, model: ModelSpec, reason: str) -> TpCandidate:
+    replication = tp / model.num_kv_heads if tp > model.num_kv_heads else 1.0
+    return TpCandidate(
+        tp=tp,
+        feasible=False,
+        kv_head_replication=replication,
+        fits_memory=False,
+        weights_bytes_per_gpu=0.0,
+        kv_bytes_per_token_per_gpu=0.0,
+        kv_pool_bytes_per_gpu=0.0,
+        max_batch_by_memory=0,
+        ttft_ms=None,
+        tpot_ms=None,
+        communication_share_prefill=None,
+        communication_share_decode=None,
+        meets_latency_goal=None,
+        reasons=(reason,),
+    )
+
+
+def _candidate(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    *,
+    prompt_tokens: int,
+    context_tokens: int,
+    batch_size: int,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+    gpu_memory_utilization: float,
+    block_tokens: int,
+    max_num_batched_tokens: int,
+) -> TpCandidate:
+    tp = deployment.tp
+    try:
+        validate_tp(model, tp)
+    except SpecError as error:
+        return _infeasible(tp, model, error.message)
+    plan = memory_plan(
+        model,
+        gpu,
+        deployment,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    per_sequence = kv_bytes_per_sequence(model, deployment, context_tokens, block_tokens)
+    needed = plan.weights_bytes + plan.activation_reserve_bytes + batch_size * per_sequence
+    fits = needed <= plan.usable_bytes
+    reasons: list[str] = []
+    kv_heads = model.num_kv_heads
+    replication = tp / kv_heads if tp > kv_heads else 1.0
+    if not plan.fits_weights:
+        reasons.append(
+            f"weights do not fit: {plan.weights_bytes / GB:.1f} GB of weights and "
+            f"{plan.activation_reserve_bytes / GB:.1f} GB of activations per GPU exceed the "
+            f"{plan.usable_bytes / GB:.1f} GB usable"
+        )
+    elif not fits:
+        reasons.append(
+            f"{batch_size} sequence(s) of {context_tokens} tokens need "
+            f"{batch_size * per_sequence / GB:.2f} GB of KV cache per GPU; only "
+            f"{plan.kv_pool_bytes / GB:.2f} GB is left after weights and activations"
+        )
+    else:
+        reasons.append(
+            f"fits: {plan.weights_bytes / GB:.1f} GB of weights per GPU leaves a "
+            f"{plan.kv_pool_bytes / GB:.1f} GB KV pool ({plan.kv_pool_bytes / per_sequence:.0f} "
+            f"sequences of {context_tokens} tokens)"
+        )
+    if replication > 1:
+        extra = plan.kv_bytes_per_token * (1.0 - 1.0 / replication)
+        reasons.append(
+            f"tp {tp} exceeds the {kv_heads} KV heads: each KV head is replicated "
+            f"{replication:g} times, so every GPU stores and reads {replication:g}x the KV "
+            f"cache it would with tp {kv_heads} ({extra:.0f} extra bytes per token per GPU)"
+        )
+    cost = StepCostModel(model, gpu, deployment, efficiency)
+    prefill = cost.breakdown(prefill_load(prompt_tokens, batch_size=batch_size))
+    decode = cost.breakdown(decode_load(batch_size, context_tokens))
+    ttft_ms, tpot_ms = prefill.total_s * MS_PER_S, decode.total_s * MS_PER_S
+    meets: bool | None = None
+    if ttft_slo_ms is not None or tpot_slo_ms is not None:
+        meets = (ttft_slo_ms is None or ttft_ms <= ttft_slo_ms) and (
+            tpot_slo_ms is None or tpot_ms <= tpot_slo_ms
+        )
+    return TpCandidate(
+        tp=tp,
+        feasible=True,
+        kv_head_replication=replication,
+        fits_memory=fits,
+        weights_bytes_per_gpu=plan.weights_bytes,
+        kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token,
+        kv_pool_bytes_per_gpu=plan.kv_pool_bytes,
+        max_batch_by_memory=max(0, math.floor(plan.kv_pool_bytes / per_sequence)),
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        communication_share_prefill=prefill.communication_share,
+        communication_share_decode=decode.communication_share,
+        meets_latency_goal=meets,
+        reasons=tuple(reasons),
+    )
+
+
+def _alternatives(
+    model: ModelSpec, gpu: GpuSpec, deployment: Deployment, gpu_memory_utilization: float
+) -> tuple[Alternative, ...]:
+    kv_heads = model.num_kv_heads
+    weights = memory_plan(
+        model,
+        gpu,
+        Deployment(1, deployment.weight_dtype, deployment.kv_dtype, deployment.activation_dtype),
+    ).weights_bytes
+    usable = gpu_memory_utilization * gpu.memory_bytes
+    stages = max(2, math.ceil(weights / usable))
+    alternatives = [
+        Alternative(
+            AlternativeKind.ATTENTION_DATA_PARALLEL,
+            f"keep attention at tp <= {kv_heads} (one KV head or more per GPU) and run "
+            "independent attention replicas for separate requests (attention data "
+            "parallelism), sharding only the FFN across all GPUs: no KV head is replicated",
+        ),
+        Alternative(
+            AlternativeKind.CONTEXT_PARALLEL,
+            "split each sequence's KV cache along the context across GPUs (KV / context "
+            "parallelism, e.g. Helix): decode reads of long contexts divide across GPUs "
+            "instead of every GPU reading replicated KV heads",
+        ),
+        Alternative(
+            AlternativeKind.PIPELINE_PARALLEL,
+            f"split the {model.num_layers} layers into pipeline stages (about {stages} for the "
+            f"{weights / GB:.0f} GB of weights): weights per GPU fall without replicating KV "
+            "heads, at the cost of pipeline bubbles and a longer per-token path",
+        ),
+    ]
+    if model.moe is not None:
+        alternatives.append(
+            Alternative(
+                AlternativeKind.EXPERT_PARALLEL,
+                f"place whole experts on GPUs (expert parallelism over {model.moe.num_experts} "
+                "experts) with attention data-parallel (wide EP): expert weights divide across "
+                "GPUs and attention needs no more than the KV heads allow",
+            )
+        )
+    return tuple(alternatives)
+
+
+def assess_tp(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment | None = None,
+    efficiency: Efficiency = IDEAL_EFFICIENCY,
+    *,
+    candidates: Sequence[int] = DEFAULT_TP_CANDIDATES,
+    prompt_tokens: int = 2048,
+    context_tokens: int = 2048,
+    batch_size: int = 1,
+    ttft_slo_ms: float | None = None,
+    tpot_slo_ms: float | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+) -> TpFeasibility:
+    """Assess each TP degree in `candidates` (`deployment.tp` is ignored).
+
+    Recommends the smallest feasible tp that fits memory, or, given latency goals, the smallest
+    that fits and meets them. Alternatives come back when no tp <= K (KV heads) would do.
+    """
+    base = deployment or Deployment()
+    if not candidates:
+        raise SpecError("candidates", "needs at least one tp")
+    for tp in candidates:
+        if tp <= 0:
+            raise SpecError("candidates", f"tp must be positive, got {tp}")
+    for name, value in (
+        ("prompt_tokens", prompt_tokens),
+        ("context_tokens", context_tokens),
+        ("batch_size", batch_size),
+    ):
+        if value <= 0:
+            raise SpecError(name, f"must be positive, got {value}")
+    for name, value in (("prompt_tokens", prompt_tokens), ("context_tokens", context_tokens)):
+        if value > model.max_context_tokens:
+            raise SpecError(
+                name, f"{value} exceeds the model's {model.max_context_tokens}-token context"
+            )
+    for name, slo in (("ttft_slo_ms", ttft_slo_ms), ("tpot_slo_ms", tpot_slo_ms)):
+        if slo is not None and slo <= 0:
+            raise SpecError(name, f"must be positive, got {slo}")
+    results = tuple(
+        _candidate(
+            model,
+            gpu,
+            Deployment(tp, base.weight_dtype, base.kv_dtype, base.activation_dtype),
+            efficiency,
+            prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
+            batch_size=batch_size,
+            ttft_slo_ms=ttft_slo_ms,
+            tpot_slo_ms=tpot_slo_ms,
+            gpu_memory_utilization=gpu_memory_utilization,
+            block_tokens=block_tokens,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        for tp in sorted(set(candidates))
+    )
+    usable = [c for c in results if c.feasible and c.fits_memory]
+    goal = ttft_slo_ms is not None or tpot_slo_ms is not None
+    chosen = [c for c in usable if c.meets_latency_goal] if goal else usable
+    recommended = chosen[0].tp if chosen else None
+    if recommended is not None:
+        recommendation = f"tp {recommended}: the smallest degree that fits" + (
+            " and meets the latency goal" if goal else ""
+        )
+    elif usable and goal:
+        recommendation = "no candidate meets the latency goal; the fastest that fits is tp " + str(
+            min(usable, key=lambda c: c.tpot_ms or math.inf).tp
+        )
+    else:
+        recommendation = "no candidate tp both splits the model and fits in memory"
+    kv_heads = model.num_kv_heads
+    needs_more = recommended is None or recommended > kv_heads
+    alternatives = _alternatives(model, gpu, base, gpu_memory_utilization) if needs_more else ()
+    warnings: list[str] = []
+    if needs_more:
+        warnings.append(
+            f"no tp <= {kv_heads} (the KV heads) works; tp beyond it replicates KV heads: "
+            "see alternatives"
+        )
+    return TpFeasibility(results, recommended, recommendation, alternatives, tuple(warnings))

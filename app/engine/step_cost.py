@@ -1,0 +1,356 @@
+"""The single source of step time: `StepCostModel.seconds(load: StepLoad) -> float`.
+
+Built once from (model, gpu, deployment, efficiency), it folds every per-token count of
+`app.engine.counting` together with the GPU's peaks, bandwidth, interconnect and efficiencies
+into a few floats, so timing a step is a dozen multiplications and `max`es: no per-layer loops.
+Prefill and decode estimates, the chunk-size search and the serving simulator all time their steps
+here, so they cannot disagree.
+
+Per GPU of a tensor-parallel group, a step takes
+
+    sum over op classes of max(FLOPs / (peak * eta_compute), bytes / (bandwidth * eta_memory))
+    + tensor-parallel all-reduces + efficiency.overhead_ms            (DESIGN.md section 3)
+
+GEMMs (QKV, O, FFN, experts) compute in `compute_dtype_for(weight_dtype)` at `efficiency.gemm`;
+the router and LM head stay in the activation format at `efficiency.gemm`; attention computes in
+`attention_dtype_for(gpu, deployment)` at `efficiency.attention`. An empty step takes 0 s.
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.engine.counting import (
+    ATTENTION_OP_CLASSES,
+    OpClass,
+    OpCoefficients,
+    StepCount,
+    attention_dtype_for,
+    count_step,
+    expected_distinct_experts,
+    op_coefficients,
+    pairs_for_chunk,
+)
+from app.engine.dtypes import DType, compute_dtype_for
+from app.engine.specs import (
+    IDEAL_EFFICIENCY,
+    Deployment,
+    Efficiency,
+    GpuSpec,
+    ModelSpec,
+    SpecError,
+)
+from app.engine.step_load import StepLoad
+from app.engine.timing import Bound, OpTime, StepTime, allreduce_seconds
+from app.engine.units import MS_PER_S
+
+__all__ = ["StepCostModel", "decode_load", "prefill_load"]
+
+
+def prefill_load(
+    query_tokens: int, *, batch_size: int = 1, cached_tokens: int = 0, causal: bool = True
+) -> StepLoad:
+    """One step in which `batch_size` sequences each prefill `query_tokens` new tokens after
+    `cached_tokens` already in their KV cache."""
+    pairs = pairs_for_chunk(query_tokens, cached_tokens, causal=causal)
+    return StepLoad(
+        prefill_tokens=batch_size * query_tokens,
+        prefill_chunks=batch_size,
+        prefill_attention_pairs=batch_size * pairs,
+        prefill_kv_tokens=batch_size * (cached_tokens + query_tokens),
+    )
+
+
+def decode_load(batch_size: int, context_tokens: int) -> StepLoad:
+    """One decode step of `batch_size` sequences, each attending over `context_tokens`."""
+    return StepLoad(decode_seqs=batch_size, decode_context_tokens=batch_size * context_tokens)
+
+
+def _shifted(first: StepLoad, step: StepLoad, index: int) -> StepLoad:
+    return StepLoad(
+        prefill_tokens=first.prefill_tokens,
+        prefill_chunks=first.prefill_chunks,
+        prefill_attention_pairs=first.prefill_attention_pairs
+        + index * step.prefill_attention_pairs,
+        prefill_kv_tokens=first.prefill_kv_tokens + index * step.prefill_kv_tokens,
+        decode_seqs=first.decode_seqs,
+        decode_context_tokens=first.decode_context_tokens + index * step.decode_context_tokens,
+    )
+
+
+class StepCostModel:
+    """Times `StepLoad`s of one (model, gpu, deployment, efficiency). Immutable once built.
+
+    Raises `SpecError` when the deployment is impossible: `tp` that cannot split the heads, a
+    weight format the GPU cannot compute in.
+    """
+
+    __slots__ = (
+        "_comm_latency_s",
+        "_comm_s_per_token",
+        "_exp_a",
+        "_exp_c",
+        "_exp_shared",
+        "_exp_w",
+        "_ffn_a",
+        "_ffn_c",
+        "_ffn_w",
+        "_has_ffn",
+        "_has_moe",
+        "_kv_s",
+        "_lm_a",
+        "_lm_c",
+        "_lm_w",
+        "_o_a",
+        "_o_c",
+        "_o_w",
+        "_overhead_s",
+        "_pair_c",
+        "_qkv_a",
+        "_qkv_c",
+        "_qkv_w",
+        "_qo_s",
+        "_router_a",
+        "_router_c",
+        "_router_w",
+        "attention_dtype",
+        "coefficients",
+        "deployment",
+        "efficiency",
+        "gemm_dtype",
+        "gpu",
+        "model",
+    )
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        deployment: Deployment | None = None,
+        efficiency: Efficiency = IDEAL_EFFICIENCY,
+    ) -> None:
+        deployment = deployment or Deployment()
+        self.model = model
+        self.gpu = gpu
+        self.deployment = deployment
+        self.efficiency = efficiency
+        self.gemm_dtype: DType = compute_dtype_for(deployment.weight_dtype)
+        self.attention_dtype: DType = attention_dtype_for(gpu, deployment)
+        self.coefficients: OpCoefficients = op_coefficients(model, deployment, self.attention_dtype)
+        gemm_rate = gpu.peak(self.gemm_dtype) * efficiency.gemm
+        try:
+            activation_rate = gpu.peak(deployment.activation_dtype) * efficiency.gemm
+        except SpecError:
+            raise SpecError(
+                "gpu",
+                f"GPU {gpu.id} has no {deployment.activation_dtype} compute for activations",
+            ) from None
+        attention_rate = gpu.peak(self.attention_dtype) * efficiency.attention
+        bandwidth = gpu.memory_bandwidth_bytes_per_s * efficiency.memory
+        c = self.coefficients
+        # Linear op classes: seconds per token (compute), per step (weights), per token (memory).
+        self._qkv_c, self._qkv_w, self._qkv_a = (
+            c.qkv_flops_per_token / gemm_rate,
+            c.qkv_weight_bytes / bandwidth,
+            c.qkv_activation_bytes_per_token / bandwidth,
+        )
+        self._o_c, self._o_w, self._o_a = (
+            c.o_flops_per_token / gemm_rate,
+            c.o_weight_bytes / bandwidth,
+            c.o_activation_bytes_per_token / bandwidth,
+        )
+        self._has_ffn = c.ffn_flops_per_token > 0
+        self._ffn_c, self._ffn_w, self._ffn_a = (
+            c.ffn_flops_per_token / gemm_rate,
+            c.ffn_weight_bytes / bandwidth,
+            c.ffn_activation_bytes_per_token / bandwidth,
+        )
+        self._has_moe = c.expert_flops_per_token > 0
+        self._router_c, self._router_w, self._router_a = (
+            c.router_flops_per_token / activation_rate,
+            c.router_weight_bytes / bandwidth,
+            c.router_activation_bytes_per_token / bandwidth,
+        )
+        self._exp_c, self._exp_w, self._exp_shared, self._exp_a = (
+            c.expert_flops_per_token / gemm_rate,
+            c.routed_expert_weight_bytes / bandwidth,
+            c.shared_expert_weight_bytes / bandwidth,
+            c.expert_activation_bytes_per_token / bandwidth,
+        )
+        self._lm_c, self._lm_w, self._lm_a = (
+            c.lm_head_flops_per_sequence / activation_rate,
+            c.lm_head_weight_bytes / bandwidth,
+            c.lm_head_activation_bytes_per_sequence / bandwidth,
+        )
+        # Attention: seconds per pair (compute), per token of Q/O and per KV token (memory).
+        self._pair_c = c.attention_flops_per_pair / attention_rate
+        self._qo_s = c.attention_qo_bytes_per_token / bandwidth
+        self._kv_s = c.kv_bytes_per_token / bandwidth
+        # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
+        per_token_layer = c.allreduce_bytes_per_token / max(c.allreduces_per_step, 1)
+        self._comm_s_per_token = (
+            allreduce_seconds(per_token_layer, c.tp, gpu.interconnect, efficiency)
+            - allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency)
+        ) * c.allreduces_per_step
+        self._comm_latency_s = (
+            allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency) * c.allreduces_per_step
+        )
+        self._overhead_s = efficiency.overhead_ms / MS_PER_S
+
+    @property
+    def peak_flops_per_s(self) -> float:
+        """Datasheet peak of one GPU in the GEMMs' compute format."""
+        return self.gpu.peak(self.gemm_dtype)
+
+    def seconds(self, load: StepLoad) -> float:
+        """Seconds one forward step of `load` takes (equal to `breakdown(load).total_s`)."""
+        tokens = load.prefill_tokens + load.decode_seqs
+        if tokens <= 0:
+            return 0.0
+        sequences = load.prefill_chunks + load.decode_seqs
+        total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
+        total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
+        if self._has_ffn:
+            total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
+        if self._has_moe:
+            c = self.coefficients
+            distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, tokens)
+            total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
+            total += max(
+                tokens * self._exp_c,
+                distinct * self._exp_w + self._exp_shared + tokens * self._exp_a,
+            )
+        if sequences > 0:
+            total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+        if load.prefill_tokens > 0:
+            total += max(
+                load.prefill_attention_pairs * self._pair_c,
+                load.prefill_tokens * (self._qo_s + self._kv_s)
+                + load.prefill_kv_tokens * self._kv_s,
+            )
+        if load.decode_seqs > 0:
+            total += max(
+                load.decode_context_tokens * self._pair_c,
+                load.decode_seqs * (self._qo_s + self._kv_s)
+                + load.decode_context_tokens * self._kv_s,
+            )
+        return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
+
+    def breakdown(self, load: StepLoad) -> StepTime:
+        """Per-op-class compute and memory seconds of one step, plus communication and
+        overhead (one GPU; `total_s == seconds(load)`)."""
+        tokens = load.prefill_tokens + load.decode_seqs
+        if tokens <= 0:
+            return StepTime((), 0.0, 0.0)
+        sequences = load.prefill_chunks + load.decode_seqs
+        ops = [
+            OpTime(OpClass.QKV_PROJ, tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a),
+            OpTime(OpClass.O_PROJ, tokens * self._o_c, self._o_w + tokens * self._o_a),
+        ]
+        if self._has_ffn:
+            ops.append(
+                OpTime(OpClass.FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
+            )
+        if self._has_moe:
+            c = self.coefficients
+            distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, tokens)
+            ops.append(
+                OpTime(
+                    OpClass.MOE_ROUTER,
+                    tokens * self._router_c,
+                    self._router_w + tokens * self._router_a,
+                )
+            )
+            ops.append(
+                OpTime(
+                    OpClass.MOE_EXPERTS,
+                    tokens * self._exp_c,
+                    distinct * self._exp_w + self._exp_shared + tokens * self._exp_a,
+                )
+            )
+        if sequences > 0:
+            ops.append(
+                OpTime(OpClass.LM_HEAD, sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+            )
+        if load.prefill_tokens > 0:
+            ops.append(
+                OpTime(
+                    OpClass.PREFILL_ATTENTION,
+                    load.prefill_attention_pairs * self._pair_c,
+                    load.prefill_tokens * (self._qo_s + self._kv_s)
+                    + load.prefill_kv_tokens * self._kv_s,
+                )
+            )
+        if load.decode_seqs > 0:
+            ops.append(
+                OpTime(
+                    OpClass.DECODE_ATTENTION,
+                    load.decode_context_tokens * self._pair_c,
+                    load.decode_seqs * (self._qo_s + self._kv_s)
+                    + load.decode_context_tokens * self._kv_s,
+                )
+            )
+        communication = tokens * self._comm_s_per_token + self._comm_latency_s
+        return StepTime(tuple(ops), communication, self._overhead_s)
+
+    def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
+        """Sum of `seconds(first + j * step)` for j in 0..count-1, exactly, in O(1).
+
+        Only the attention fields of `step` may be non-zero (pairs, KV tokens, decode context):
+        the loads of a chunked prefill or of successive decode steps. Each step's time is then
+        piecewise linear in j, with a kink where an attention op class turns from memory- to
+        compute-bound; on each linear piece the sum is count * (first + last) / 2.
+        """
+        if count <= 0:
+            return 0.0
+        if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
+            raise ValueError("sum_seconds: only attention fields of `step` may vary")
+        kinks: set[int] = set()
+        prefill_line = (
+            first.prefill_attention_pairs * self._pair_c,
+            step.prefill_attention_pairs * self._pair_c,
+            first.prefill_tokens * (self._qo_s + self._kv_s) + first.prefill_kv_tokens * self._kv_s,
+            step.prefill_kv_tokens * self._kv_s,
+        )
+        decode_line = (
+            first.decode_context_tokens * self._pair_c,
+            step.decode_context_tokens * self._pair_c,
+            first.decode_seqs * (self._qo_s + self._kv_s)
+            + first.decode_context_tokens * self._kv_s,
+            step.decode_context_tokens * self._kv_s,
+        )
+        for compute0, compute_slope, memory0, memory_slope in (prefill_line, decode_line):
+            if compute_slope != memory_slope:
+                crossing = (memory0 - compute0) / (compute_slope - memory_slope)
+                if 0.0 <= crossing < count - 1:
+                    kinks.add(math.floor(crossing))
+        total, start = 0.0, 0
+        for end in [*sorted(kinks), count - 1]:
+            if end < start:
+                continue
+            edge_sum = self.seconds(_shifted(first, step, start)) + self.seconds(
+                _shifted(first, step, end)
+            )
+            total += (end - start + 1) * edge_sum / 2.0
+            start = end + 1
+        return total
+
+    def count(self, load: StepLoad, *, steps: int = 1) -> StepCount:
+        """FLOPs and bytes of `load` across the whole deployment (see `counting.count_step`)."""
+        return count_step(self.coefficients, load, steps=steps)
+
+    def bound_of(self, counts: StepCount) -> Bound:
+        """Compute-bound when the counted FLOPs at this GPU's (efficient) rates take at least as
+        long as the counted bytes at its (efficient) bandwidth."""
+        gpu, eff, tp = self.gpu, self.efficiency, self.coefficients.tp
+        compute_s = 0.0
+        for op in counts.ops:
+            if op.op_class in ATTENTION_OP_CLASSES:
+                rate = gpu.peak(self.attention_dtype) * eff.attention
+            elif op.op_class in (OpClass.LM_HEAD, OpClass.MOE_ROUTER):
+                rate = gpu.peak(self.deployment.activation_dtype) * eff.gemm
+            else:
+                rate = gpu.peak(self.gemm_dtype) * eff.gemm
+            compute_s += op.flops / tp / rate
+        memory_s = counts.bytes / tp / (gpu.memory_bandwidth_bytes_per_s * eff.memory)
+        return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY

@@ -1,0 +1,148 @@
+"""StepCostModel: the single source of step time."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.engine.dtypes import DType
+from app.engine.specs import Deployment, Efficiency, SpecError
+from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.step_load import StepLoad
+from tests.engine.test_counting import A100, H100, LLAMA2_7B, LLAMA3_8B, LLAMA3_70B, MIXTRAL
+
+CALIBRATED = Efficiency(gemm=0.6, attention=0.55, memory=0.8, communication=0.7, overhead_ms=2.0)
+
+
+def test_empty_step_takes_no_time() -> None:
+    assert StepCostModel(LLAMA3_8B, A100).seconds(StepLoad()) == 0.0
+
+
+def test_ideal_decode_by_hand() -> None:
+    """Llama-2-7B, batch 1, 100 tokens of context on the A100: memory-bound, so time = bytes /
+    bandwidth. Weights 2*(6.476e9 decoder + 0.131e9 LM head) B, KV 100 reads + 1 write of
+    524,288 B, activations per op class as counted; every op class is memory-bound."""
+    cost = StepCostModel(LLAMA2_7B, A100)
+    load = decode_load(1, 100)
+    counts = cost.count(load)
+    assert cost.breakdown(load).bound.value == "memory"
+    assert cost.seconds(load) == pytest.approx(counts.bytes / 2.039e12, rel=1e-9)
+    layer_params = 4 * 4096 * 4096 + 3 * 4096 * 11008
+    weights = 2 * (32 * layer_params + 32000 * 4096)
+    assert counts.weight_bytes == weights
+    assert counts.kv_bytes == 101 * 524_288
+
+
+def _lm_head_read_s() -> float:
+    # One row through the LM head is a weight read: 4096 x 128256 bf16 over 3.35 TB/s.
+    return (4096 * 128256 * 2 + 4096 * 2 + 128256 * 4) / 3.35e12
+
+
+def test_ideal_long_prefill_is_compute_time() -> None:
+    """An 8K-token prefill on the H100 is compute-bound in every op class but the LM head,
+    which multiplies one row per sequence and so reads its weights: FLOPs / peak + that read."""
+    cost = StepCostModel(LLAMA3_8B, H100)
+    load = prefill_load(8192)
+    counts = cost.count(load)
+    compute_s = (counts.flops - counts.lm_head_flops) / 989.4e12
+    assert cost.seconds(load) == pytest.approx(compute_s + _lm_head_read_s(), rel=1e-9)
+
+
+def test_efficiency_and_overhead_apply() -> None:
+    load = prefill_load(8192)
+    ideal = StepCostModel(LLAMA3_8B, H100).seconds(load) - _lm_head_read_s()
+    efficient = StepCostModel(
+        LLAMA3_8B, H100, efficiency=Efficiency(gemm=0.5, attention=0.5, overhead_ms=3.0)
+    ).seconds(load)
+    assert efficient == pytest.approx(2 * ideal + _lm_head_read_s() + 3e-3, rel=1e-9)
+
+
+def test_communication_only_with_tp() -> None:
+    load = prefill_load(1024)
+    assert StepCostModel(LLAMA3_70B, H100, Deployment(tp=1)).breakdown(load).communication_s == 0
+    step = StepCostModel(LLAMA3_70B, H100, Deployment(tp=4)).breakdown(load)
+    # 160 all-reduces of 1024*8192*2 bytes over 450 GB/s one way, ring factor 2*3/4.
+    expected = 160 * (1.5 * 1024 * 8192 * 2 / 450e9 + 6 * 5e-6)
+    assert step.communication_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_fp8_weights_need_fp8_compute() -> None:
+    with pytest.raises(SpecError) as error:
+        StepCostModel(LLAMA3_8B, A100, Deployment(weight_dtype=DType.FP8))
+    assert error.value.field == "weight_dtype"
+    fp8 = StepCostModel(LLAMA3_8B, H100, Deployment(weight_dtype=DType.FP8))
+    bf16 = StepCostModel(LLAMA3_8B, H100)
+    load = prefill_load(8192)
+    assert fp8.seconds(load) < bf16.seconds(load)
+
+
+def test_int4_weights_compute_in_bf16_and_read_a_quarter() -> None:
+    int4 = StepCostModel(LLAMA3_8B, A100, Deployment(weight_dtype=DType.INT4))
+    assert int4.gemm_dtype is DType.BF16
+    assert int4.coefficients.ffn_weight_bytes == pytest.approx(
+        StepCostModel(LLAMA3_8B, A100).coefficients.ffn_weight_bytes / 4
+    )
+
+
+def test_moe_decode_reads_few_experts() -> None:
+    cost = StepCostModel(MIXTRAL, H100)
+    small = cost.count(decode_load(1, 100)).weight_bytes
+    large = cost.count(decode_load(256, 100)).weight_bytes
+    expert = cost.coefficients.routed_expert_weight_bytes
+    assert large - small == pytest.approx(6 * expert, rel=1e-6)  # 2 -> all 8 experts
+
+
+loads = st.builds(
+    StepLoad,
+    prefill_tokens=st.integers(0, 20_000),
+    prefill_chunks=st.integers(0, 8),
+    prefill_attention_pairs=st.floats(0, 1e9),
+    prefill_kv_tokens=st.integers(0, 100_000),
+    decode_seqs=st.integers(0, 512),
+    decode_context_tokens=st.integers(0, 2_000_000),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(load=loads, tp=st.sampled_from([1, 2, 8, 16]))
+def test_seconds_equals_breakdown_total(load: StepLoad, tp: int) -> None:
+    cost = StepCostModel(LLAMA3_70B, H100, Deployment(tp=tp), CALIBRATED)
+    assert cost.seconds(load) == pytest.approx(cost.breakdown(load).total_s, rel=1e-12, abs=0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    first=loads,
+    pairs=st.floats(0, 1e7),
+    kv=st.integers(0, 5000),
+    context=st.integers(0, 5000),
+    count=st.integers(0, 40),
+    moe=st.booleans(),
+)
+def test_sum_seconds_equals_the_brute_force_sum(
+    first: StepLoad, pairs: float, kv: int, context: int, count: int, moe: bool
+) -> None:
+    cost = StepCostModel(MIXTRAL if moe else LLAMA3_8B, A100, efficiency=CALIBRATED)
+    step = StepLoad(
+        prefill_attention_pairs=pairs, prefill_kv_tokens=kv, decode_context_tokens=context
+    )
+    brute = sum(
+        cost.seconds(
+            StepLoad(
+                first.prefill_tokens,
+                first.prefill_chunks,
+                first.prefill_attention_pairs + j * pairs,
+                first.prefill_kv_tokens + j * kv,
+                first.decode_seqs,
+                first.decode_context_tokens + j * context,
+            )
+        )
+        for j in range(count)
+    )
+    assert cost.sum_seconds(first, step, count) == pytest.approx(brute, rel=1e-9, abs=1e-15)
+
+
+def test_sum_seconds_rejects_varying_tokens() -> None:
+    with pytest.raises(ValueError, match="only attention fields"):
+        StepCostModel(LLAMA3_8B, A100).sum_seconds(StepLoad(), StepLoad(decode_seqs=1), 3)
