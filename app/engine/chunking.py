@@ -94,6 +94,9 @@ def _last_true(limit: int, ok: Callable[[int], bool]) -> int:
     return low
 
 
+DEFAULT_LONG_PROMPT_TOKENS = 32768  # the issue's default long prompt
+
+
 def recommend_chunk_size(
     cost: StepCostModel,
     *,
@@ -101,11 +104,16 @@ def recommend_chunk_size(
     short_ttft_slo_ms: float | None = None,
     decode_batch_size: int = 0,
     decode_context_tokens: int = 0,
-    long_prompt_tokens: int = 32768,
+    long_prompt_tokens: int | None = None,
 ) -> ChunkRecommendation:
-    """Chunk size for a deployment whose running decodes must not stall beyond `itl_slo_ms`."""
+    """Chunk size for a deployment whose running decodes must not stall beyond `itl_slo_ms`.
+
+    `long_prompt_tokens` defaults to 32,768 or the model's context, whichever is shorter.
+    """
     model = cost.model
     limit = model.max_context_tokens
+    if long_prompt_tokens is None:
+        long_prompt_tokens = min(DEFAULT_LONG_PROMPT_TOKENS, limit)
     if itl_slo_ms <= 0:
         raise SpecError("itl_slo_ms", f"must be positive, got {itl_slo_ms}")
     if short_ttft_slo_ms is not None and short_ttft_slo_ms <= 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,6 +30,8 @@ class CachedGpu:
     version: int
     price_per_gpu_hour_usd: float | None
     efficiency_fields: dict[str, Any] | None
+    expected_error_pct: dict[str, float] = field(default_factory=dict)
+    """Spread of validation residuals by phase, where benchmark runs exist for this GPU."""
 
 
 @dataclass(frozen=True, slots=True)
