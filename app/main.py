@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from app.api.middleware import HttpMetrics, ObservabilityMiddleware
 from app.api.problems import install_problem_handlers
-from app.api.routes import estimates, gpus, health, models
+from app.api.routes import benchmark_runs, calibrations, estimates, gpus, health, models
 from app.catalog.db import make_engine, make_session_factory
 from app.logs import configure_logging
 from app.services.catalog_loader import load_bundled_catalog
@@ -70,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(gpus.router)
     app.include_router(models.router)
     app.include_router(estimates.router)
+    app.include_router(benchmark_runs.router)
+    app.include_router(calibrations.router)
     app.add_middleware(
         ObservabilityMiddleware,
         metrics=app.state.metrics,

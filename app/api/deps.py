@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Request, Response
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.api.problems import ApiProblem
 from app.services.catalog import ANY_VERSION
@@ -22,18 +24,22 @@ __all__ = [
     "SettingsDep",
     "SpecCacheDep",
     "etag_for",
+    "json_response",
     "require_api_key",
+    "resolved_off_the_loop",
 ]
 
+R = TypeVar("R")
 _ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$')
 
 
-def get_settings_dep(request: Request) -> Settings:
+# Trivial dependencies are `async def`: FastAPI would run a plain `def` in the thread pool.
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_spec_cache(request: Request) -> SpecCache:
+async def get_spec_cache(request: Request) -> SpecCache:
     cache: SpecCache = request.app.state.spec_cache
     return cache
 
@@ -124,3 +130,24 @@ IfMatchDep = Annotated[int | None, Depends(parse_if_match)]
 
 def etag_for(version: int) -> str:
     return f'"{version}"'
+
+
+async def resolved_off_the_loop(
+    cache: SpecCache,
+    refs: Mapping[str, object],
+    call: Callable[..., R],
+    *args: Any,
+    **kwargs: Any,
+) -> R:
+    """Run `call` on the event loop when the catalog entries `refs` names (model, gpu) are
+    cached: it is then pure computation, and a thread hop would cost more than the estimate.
+    Otherwise run it in the thread pool, where it may read the database."""
+    if cache.covers(**refs):
+        return call(*args, **kwargs)
+    return await run_in_threadpool(call, *args, **kwargs)
+
+
+def json_response(model: BaseModel, status_code: int = 200) -> Response:
+    """Serialise with pydantic-core directly: the route's `response_model` documents the shape,
+    and FastAPI's second validation of an already-validated model is skipped."""
+    return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")

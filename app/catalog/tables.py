@@ -3,5 +3,14 @@ is needed (Alembic's autogenerate, the tests' database reset)."""
 
 from app.catalog.db import Base
 from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+from app.catalog.runs import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
 
-__all__ = ["Base", "CatalogTombstone", "GpuRow", "ModelRow"]
+__all__ = [
+    "Base",
+    "BenchmarkPointRow",
+    "BenchmarkRunRow",
+    "CalibrationRow",
+    "CatalogTombstone",
+    "GpuRow",
+    "ModelRow",
+]

@@ -52,26 +52,38 @@ class BatchCeiling:
     warnings: tuple[str, ...] = ()
 
 
-def _decode_compute_bound(cost: StepCostModel, batch: int, context_tokens: int) -> bool:
-    return cost.breakdown(decode_load(batch, context_tokens)).bound is Bound.COMPUTE
+def _decode_gap_s(cost: StepCostModel, batch: int, context_tokens: int) -> float:
+    """Compute time minus memory time of a decode step: >= 0 when it is compute-bound."""
+    step = cost.breakdown(decode_load(batch, context_tokens))
+    return step.compute_s - step.memory_s
 
 
 def ridge_batch(cost: StepCostModel, context_tokens: int) -> int | None:
     """Smallest batch whose decode step at `context_tokens` is compute-bound, or None.
 
-    compute_s - memory_s is convex in the batch (compute and KV reads grow linearly, the weight
-    read is fixed or, for MoE, concave) and negative at 0, so once it turns non-negative it
-    stays so: exponential then binary search.
+    The gap compute_s - memory_s is convex in the batch (compute and KV reads grow linearly, the
+    weight read is fixed or, for MoE, concave) and negative at 0, so once it turns non-negative
+    it stays so. For a dense model it is affine, and the line through batches 1 and 2 crosses
+    zero at the ridge; for MoE that line crosses at or after the ridge (convexity), so it
+    brackets a short binary search. If even the largest batch is memory-bound, none is.
     """
-    high = 1
-    while not _decode_compute_bound(cost, high, context_tokens):
-        if high >= _RIDGE_SEARCH_LIMIT:
-            return None
-        high *= 2
-    low = high // 2  # memory-bound (or 0)
+    if _decode_gap_s(cost, _RIDGE_SEARCH_LIMIT, context_tokens) < 0:
+        return None
+    gap_1 = _decode_gap_s(cost, 1, context_tokens)
+    if gap_1 >= 0:
+        return 1
+    slope = _decode_gap_s(cost, 2, context_tokens) - gap_1
+    high = _RIDGE_SEARCH_LIMIT
+    if slope > 0:
+        high = min(high, max(2, math.ceil(1 - gap_1 / slope)))
+        if _decode_gap_s(cost, high, context_tokens) < 0:  # rounding: step up to the bracket
+            high = min(_RIDGE_SEARCH_LIMIT, 2 * high)
+    low = 1  # memory-bound
+    if _decode_gap_s(cost, high - 1, context_tokens) < 0:
+        return high  # the line was exact (dense models)
     while high - low > 1:
         middle = (low + high) // 2
-        if _decode_compute_bound(cost, middle, context_tokens):
+        if _decode_gap_s(cost, middle, context_tokens) >= 0:
             high = middle
         else:
             low = middle

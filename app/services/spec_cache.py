@@ -20,6 +20,7 @@ from app.engine.specs import GpuSpec, ModelSpec, SpecError
 from app.services.catalog import GPU_FIELDS, MODEL_FIELDS
 from app.services.errors import InvalidInput
 from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
+from app.services.validation import expected_error_pct
 
 __all__ = ["CachedGpu", "CachedModel", "SpecCache"]
 
@@ -31,7 +32,9 @@ class CachedGpu:
     price_per_gpu_hour_usd: float | None
     efficiency_fields: dict[str, Any] | None
     expected_error_pct: dict[str, float] = field(default_factory=dict)
-    """Spread of validation residuals by phase, where benchmark runs exist for this GPU."""
+    """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
+    of `error_pct` over its stored runs under its current efficiency
+    (`app.services.validation.expected_error_pct`), computed when the entry is cached."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,13 @@ class SpecCache:
                 spec = gpu_spec_from_fields(fields)
             except SpecError as error:
                 raise invalid_spec(error, field) from None
-            cached = CachedGpu(spec, row.version, row.price_per_gpu_hour_usd, row.efficiency)
+            cached = CachedGpu(
+                spec,
+                row.version,
+                row.price_per_gpu_hour_usd,
+                row.efficiency,
+                expected_error_pct(session, gpu_id, spec),
+            )
         self._gpus[gpu_id] = (self._clock() + self._ttl_s, cached)
         return cached
 
@@ -98,6 +107,13 @@ class SpecCache:
             cached = CachedModel(spec, row.version, row.params_total, row.params_active)
         self._models[model_id] = (self._clock() + self._ttl_s, cached)
         return cached
+
+    def covers(self, *, model: object = None, gpu: object = None) -> bool:
+        """True when every catalog id among `model` and `gpu` is cached and fresh (inline specs
+        and None need nothing): the caller can then resolve without touching the database."""
+        return (not isinstance(model, str) or self.peek_model(model) is not None) and (
+            not isinstance(gpu, str) or self.peek_gpu(gpu) is not None
+        )
 
     def invalidate(self, kind: str, entry_id: str) -> None:
         table: dict[str, Any] = self._gpus if kind == "gpu" else self._models

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.api.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
-from app.api.deps import SpecCacheDep
+from app.api.deps import SpecCacheDep, json_response, resolved_off_the_loop
 from app.api.schemas.common import problem_responses
 from app.api.schemas.estimates import (
     BatchCeilingRequest,
@@ -48,9 +49,11 @@ AcceptHeader = Annotated[
     summary="Time to first token of a prompt",
     responses=_PROBLEMS,
 )
-def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep) -> PrefillResponse:
-    target, estimate = estimates.prefill(cache, body.target_kwargs(), **body.workload())
-    return PrefillResponse.of(target, estimate)
+async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.prefill, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(PrefillResponse.of(target, result))
 
 
 @router.post(
@@ -59,16 +62,24 @@ def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep) -> PrefillRespon
     summary="TTFT over many prompt lengths (JSON, or an SVG chart)",
     responses=_PROBLEMS | _SVG,
 )
-def estimate_prefill_curve(
+async def estimate_prefill_curve(
     body: PrefillCurveRequest, cache: SpecCacheDep, accept: AcceptHeader = None
-) -> Any:
-    target, curve = estimates.prefill_points(
-        cache, body.target_kwargs(), body.prompt_tokens, **body.workload()
+) -> Response:
+    target, curve = await resolved_off_the_loop(
+        cache,
+        body.refs(),
+        estimates.prefill_points,
+        cache,
+        body.target_kwargs(),
+        body.prompt_tokens,
+        **body.workload(),
     )
     answer = PrefillCurveResponse.of(target, curve)
-    if wants_svg(accept):
-        return Response(prefill_curve_svg(answer), media_type=SVG_MEDIA_TYPE)
-    return answer
+    if wants_svg(accept):  # matplotlib takes ~100 ms: off the event loop
+        return Response(
+            await run_in_threadpool(prefill_curve_svg, answer), media_type=SVG_MEDIA_TYPE
+        )
+    return json_response(answer)
 
 
 @router.post(
@@ -77,9 +88,11 @@ def estimate_prefill_curve(
     summary="Time per output token of a decode batch",
     responses=_PROBLEMS,
 )
-def estimate_decode(body: DecodeRequest, cache: SpecCacheDep) -> DecodeResponse:
-    target, estimate = estimates.decode(cache, body.target_kwargs(), **body.workload())
-    return DecodeResponse.of(target, estimate)
+async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.decode, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(DecodeResponse.of(target, result))
 
 
 @router.post(
@@ -88,9 +101,11 @@ def estimate_decode(body: DecodeRequest, cache: SpecCacheDep) -> DecodeResponse:
     summary="End-to-end latency of a request: TTFT + (T - 1) x TPOT",
     responses=_PROBLEMS,
 )
-def estimate_request(body: RequestRequest, cache: SpecCacheDep) -> RequestResponse:
-    target, estimate = estimates.request(cache, body.target_kwargs(), **body.workload())
-    return RequestResponse.of(target, estimate)
+async def estimate_request(body: RequestRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.request, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(RequestResponse.of(target, result))
 
 
 @router.post(
@@ -99,9 +114,11 @@ def estimate_request(body: RequestRequest, cache: SpecCacheDep) -> RequestRespon
     summary="How many sequences fit, and whether memory or compute stops the batch first",
     responses=_PROBLEMS,
 )
-def estimate_batch_ceiling(body: BatchCeilingRequest, cache: SpecCacheDep) -> BatchCeilingResponse:
-    target, ceiling = estimates.batch_ceiling(cache, body.target_kwargs(), **body.workload())
-    return BatchCeilingResponse.of(target, ceiling)
+async def estimate_batch_ceiling(body: BatchCeilingRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.batch_ceiling, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(BatchCeilingResponse.of(target, result))
 
 
 @router.post(
@@ -110,11 +127,11 @@ def estimate_batch_ceiling(body: BatchCeilingRequest, cache: SpecCacheDep) -> Ba
     summary="Which tensor-parallel degrees work, and what else to do when none does",
     responses=_PROBLEMS,
 )
-def estimate_tp_feasibility(
-    body: TpFeasibilityRequest, cache: SpecCacheDep
-) -> TpFeasibilityResponse:
-    target, result = estimates.tp_feasibility(cache, body.target_kwargs(), **body.workload())
-    return TpFeasibilityResponse.of(target, result)
+async def estimate_tp_feasibility(body: TpFeasibilityRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.tp_feasibility, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(TpFeasibilityResponse.of(target, result))
 
 
 @router.post(
@@ -124,9 +141,11 @@ def estimate_tp_feasibility(
     tags=["recommendations"],
     responses=_PROBLEMS,
 )
-def recommend_chunk_size(body: ChunkSizeRequest, cache: SpecCacheDep) -> ChunkSizeResponse:
-    target, result = estimates.chunk_size(cache, body.target_kwargs(), **body.workload())
-    return ChunkSizeResponse.of(target, result)
+async def recommend_chunk_size(body: ChunkSizeRequest, cache: SpecCacheDep) -> Response:
+    target, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.chunk_size, cache, body.target_kwargs(), **body.workload()
+    )
+    return json_response(ChunkSizeResponse.of(target, result))
 
 
 @router.post(
@@ -135,9 +154,13 @@ def recommend_chunk_size(body: ChunkSizeRequest, cache: SpecCacheDep) -> ChunkSi
     summary="Ridge point of a GPU and where each phase sits (JSON, or an SVG chart)",
     responses=_PROBLEMS | _SVG,
 )
-def roofline(body: RooflineRequest, cache: SpecCacheDep, accept: AcceptHeader = None) -> Any:
-    gpu_id, model_id, result = estimates.roofline_of(cache, **body.resolve_kwargs())
+async def roofline(
+    body: RooflineRequest, cache: SpecCacheDep, accept: AcceptHeader = None
+) -> Response:
+    gpu_id, model_id, result = await resolved_off_the_loop(
+        cache, body.refs(), estimates.roofline_of, cache, **body.resolve_kwargs()
+    )
     answer = RooflineResponse.of(gpu_id, model_id, result)
     if wants_svg(accept):
-        return Response(roofline_svg(answer), media_type=SVG_MEDIA_TYPE)
-    return answer
+        return Response(await run_in_threadpool(roofline_svg, answer), media_type=SVG_MEDIA_TYPE)
+    return json_response(answer)

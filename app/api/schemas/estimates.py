@@ -562,6 +562,10 @@ class RooflineRequest(Input):
         description="Causal prefill attention; seed 004's intensities are non-causal (default).",
     )
 
+    def refs(self) -> dict[str, object]:
+        """The catalog references, for `SpecCache.covers`."""
+        return {"model": self.model, "gpu": self.gpu}
+
     def resolve_kwargs(self) -> dict[str, Any]:
         """The arguments of `app.services.estimates.roofline_of`."""
         return {

@@ -68,6 +68,10 @@ class TargetRequest(Input):
         ),
     )
 
+    def refs(self) -> dict[str, object]:
+        """The catalog references, for `SpecCache.covers`."""
+        return {"model": self.model, "gpu": self.gpu}
+
     def target_kwargs(self) -> dict[str, Any]:
         """The arguments of `app.services.targets.resolve_target`."""
         return {

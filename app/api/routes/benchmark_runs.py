@@ -1,0 +1,155 @@
+"""`/v1/benchmark-runs`: measured runs, and each run's estimate-against-measurement report."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Response, status
+
+from app.api.deps import ApiKeyDep, SessionDep
+from app.api.schemas.benchmark_runs import (
+    BenchmarkRunPage,
+    BenchmarkRunRead,
+    BenchmarkRunSummary,
+    EfficiencyValues,
+    GpuBasisRead,
+    PhaseValidationRead,
+    PointValidationRead,
+    RunValidationRead,
+)
+from app.api.schemas.common import problem_responses
+from app.bench.schema import RunDocument
+from app.catalog.runs import BenchmarkRunRow
+from app.services.benchmark_runs import get_run, list_runs, store_run
+from app.services.calibration import efficiency_document
+from app.services.validation import validate_run
+
+router = APIRouter(prefix="/v1", tags=["benchmark runs"])
+
+_RUN_ID = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Benchmark run id.")
+
+
+def _read(row: BenchmarkRunRow) -> BenchmarkRunRead:
+    return BenchmarkRunRead.model_validate(
+        {**row.document, "id": row.id, "stored_at": row.stored_at, "origin": row.origin}
+    )
+
+
+def _summary(row: BenchmarkRunRow) -> BenchmarkRunSummary:
+    points = row.document.get("points", [])
+    return BenchmarkRunSummary(
+        id=row.id,
+        gpu=row.gpu_id,
+        model=row.model_id,
+        device_name=row.device_name,
+        device_kind=row.device_kind,
+        dtype=row.dtype,
+        tp=row.tp,
+        provenance=row.provenance_kind,
+        created_at=row.started_at,
+        stored_at=row.stored_at,
+        origin=row.origin,
+        points=len(points),
+        measured_points=sum(1 for p in points if p.get("skipped") is None),
+    )
+
+
+@router.post(
+    "/benchmark-runs",
+    response_model=BenchmarkRunRead,
+    status_code=status.HTTP_201_CREATED,
+    summary="Upload a benchmark run",
+    description=(
+        "The run document `ridgeline-bench` writes (schema_version 1), with `id` null. Unknown "
+        "schema versions, negative or disordered times, and points the run's own model spec "
+        "cannot take get 422 naming the field, and nothing is stored."
+    ),
+    responses=problem_responses(400, 401, 403, 413, 415, 422),
+)
+def upload_run(
+    document: Annotated[RunDocument, Body()],
+    session: SessionDep,
+    response: Response,
+    _key: ApiKeyDep,
+) -> BenchmarkRunRead:
+    row = store_run(session, document)
+    response.headers["Location"] = f"{router.prefix}/benchmark-runs/{row.id}"
+    return _read(row)
+
+
+@router.get(
+    "/benchmark-runs",
+    response_model=BenchmarkRunPage,
+    summary="List benchmark runs",
+    responses=problem_responses(422),
+)
+def list_runs_route(
+    session: SessionDep,
+    gpu: Annotated[
+        str | None,
+        Query(max_length=64, description="Only runs naming this GPU catalog id."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        Query(max_length=64, description="Only runs of this model catalog id."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
+    offset: Annotated[int, Query(ge=0, le=10**6, description="Runs to skip.")] = 0,
+) -> BenchmarkRunPage:
+    page = list_runs(session, gpu=gpu, model=model, limit=limit, offset=offset)
+    return BenchmarkRunPage(
+        items=[_summary(row) for row in page.items],
+        total=page.total,
+        limit=page.limit,
+        offset=page.offset,
+    )
+
+
+@router.get(
+    "/benchmark-runs/{run_id}",
+    response_model=BenchmarkRunRead,
+    summary="Get a benchmark run",
+    responses=problem_responses(404),
+)
+def get_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> BenchmarkRunRead:
+    return _read(get_run(session, run_id))
+
+
+@router.get(
+    "/benchmark-runs/{run_id}/validation",
+    response_model=RunValidationRead,
+    summary="Compare a run's measurements with the engine's estimates",
+    description=(
+        "Each measured point beside the estimate for exactly its workload, with the run's own "
+        "model spec, dtype and tp, on the run's catalog GPU at its current efficiency (or the "
+        "catalog GPU whose alias is the run's device; else the run's own microbenchmarks as "
+        "peaks, at 100 % and no overhead). 422 when there is nothing to compare against."
+    ),
+    responses=problem_responses(404, 422),
+)
+def validate_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> RunValidationRead:
+    report = validate_run(session, run_id)
+    basis = report.basis
+    return RunValidationRead(
+        run_id=report.run_id,
+        gpu_basis=GpuBasisRead(
+            kind=basis.kind,
+            gpu=basis.gpu_id,
+            gpu_version=basis.gpu_version,
+            calibration_id=basis.calibration_id,
+            efficiency=EfficiencyValues.model_validate(
+                efficiency_document(report.efficiency, basis.calibration_id)
+            ),
+            note=basis.note,
+        ),
+        points=[
+            PointValidationRead.model_validate(point, from_attributes=True)
+            for point in report.points
+        ],
+        skipped_points=report.skipped_points,
+        mape_pct=report.mape_pct,
+        phases=[
+            PhaseValidationRead.model_validate(phase, from_attributes=True)
+            for phase in report.phases
+        ],
+    )

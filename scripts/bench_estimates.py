@@ -1,0 +1,92 @@
+"""Estimate endpoints under load: requests/s and p50/p99 with 32 keep-alive clients for each
+endpoint (catalog ids, so the catalog lookup is included), beside a bare constant POST endpoint
+served the same way in the same run; and the time of a 1,000-point prefill curve.
+
+Targets on a 2-core machine: each endpoint >= 60 % of the bare endpoint's throughput with p99
+under 20 ms; the 1,000-point curve under 100 ms.
+
+    .venv/bin/python scripts/bench_estimates.py [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import httpx
+from benchlib import print_table, running_server, wrk
+
+BASE = {"model": "llama-3-8b", "gpu": "h100-sxm5-80gb"}
+ENDPOINTS = {
+    "/v1/estimates/prefill": {**BASE, "prompt_tokens": 2048},
+    "/v1/estimates/decode": {**BASE, "batch_size": 32, "context_tokens": 4096},
+    "/v1/estimates/request": {**BASE, "prompt_tokens": 2048, "output_tokens": 256},
+    "/v1/estimates/batch-ceiling": {**BASE, "context_tokens": 4096},
+    "/v1/estimates/tp-feasibility": {"model": "llama-3-70b", "gpu": "h100-sxm5-80gb"},
+    "/v1/recommendations/chunk-size": {
+        **BASE,
+        "itl_slo_ms": 50,
+        "decode_batch_size": 32,
+        "decode_context_tokens": 2048,
+    },
+    "/v1/roofline": {"gpu": "h100-sxm5-80gb", "model": "llama-3-8b"},
+    "/v1/estimates/prefill-curve (5 points)": {
+        "model": "llama-3.1-8b",
+        "gpu": "a100-sxm4-80gb",
+        "prompt_tokens": [1024, 10240, 51200, 102400, 131072],
+    },
+}
+
+
+def curve_timing(base: str) -> tuple[float, float]:
+    """Median wall time (ms) of a 1,000-point prefill curve over HTTP, and in the engine."""
+    from app.engine.estimates import prefill_curve  # noqa: PLC0415
+    from app.engine.step_cost import StepCostModel  # noqa: PLC0415
+    from app.services.specs import gpu_spec_from_fields, model_spec_from_fields  # noqa: PLC0415
+
+    lengths = list(range(128, 128 * 1001, 128))
+    body = {"model": "llama-3.1-8b", "gpu": "h200-sxm-141gb", "prompt_tokens": lengths}
+    with httpx.Client(base_url=base, timeout=30) as client:
+        http_ms = []
+        for _ in range(20):
+            started = time.perf_counter()
+            client.post("/v1/estimates/prefill-curve", json=body).raise_for_status()
+            http_ms.append((time.perf_counter() - started) * 1e3)
+        model = client.get("/v1/models/llama-3.1-8b").json()
+        gpu = client.get("/v1/gpus/h200-sxm-141gb").json()
+    cost = StepCostModel(model_spec_from_fields(model), gpu_spec_from_fields(gpu))
+    engine_ms = []
+    for _ in range(20):
+        started = time.perf_counter()
+        prefill_curve(cost, lengths)
+        engine_ms.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(http_ms), statistics.median(engine_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    common = {"seconds": args.seconds, "connections": args.connections}
+    with running_server() as base:
+        for path, body in ENDPOINTS.items():  # warm the catalog cache and the code paths
+            httpx.post(base + path.split(" ")[0], json=body).raise_for_status()
+        bare = wrk("POST /bench/constant (bare)", f"{base}/bench/constant", body=BASE, **common)
+        results = [bare]
+        for path, body in ENDPOINTS.items():
+            results.append(wrk(f"POST {path}", base + path.split(" ")[0], body=body, **common))
+        bare_again = wrk(
+            "POST /bench/constant (bare, again)", f"{base}/bench/constant", body=BASE, **common
+        )
+        results.append(bare_again)
+        http_ms, engine_ms = curve_timing(base)
+    print_table(results, bare)
+    print(
+        f"1,000-point prefill curve: {http_ms:.1f} ms over HTTP, {engine_ms:.1f} ms in the engine"
+    )
+
+
+if __name__ == "__main__":
+    main()
