@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.api.memo import ResponseMemo
 from app.api.middleware import HttpMetrics, ObservabilityMiddleware
 from app.api.problems import install_problem_handlers
 from app.api.routes import benchmark_runs, calibrations, estimates, gpus, health, models
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.session_factory = session_factory
         app.state.spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
+        app.state.response_memo = ResponseMemo(settings.response_memo_entries)
         if settings.load_catalog_on_start:
             with session_factory.begin() as session:
                 load_bundled_catalog(session)

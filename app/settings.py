@@ -51,6 +51,11 @@ class Settings(BaseSettings):
             "this process invalidate at once; writes through another replica are seen within it."
         ),
     )
+    response_memo_entries: int = Field(
+        default=4096,
+        ge=0,
+        description="Estimate answers remembered for repeated identical requests (0: none).",
+    )
     load_catalog_on_start: bool = Field(
         default=False, description="Load the bundled catalog when the app starts (make run does)."
     )

@@ -18,24 +18,39 @@ import httpx
 from benchlib import print_table, running_server, wrk
 
 BASE = {"model": "llama-3-8b", "gpu": "h100-sxm5-80gb"}
-ENDPOINTS = {
-    "/v1/estimates/prefill": {**BASE, "prompt_tokens": 2048},
-    "/v1/estimates/decode": {**BASE, "batch_size": 32, "context_tokens": 4096},
-    "/v1/estimates/request": {**BASE, "prompt_tokens": 2048, "output_tokens": 256},
-    "/v1/estimates/batch-ceiling": {**BASE, "context_tokens": 4096},
-    "/v1/estimates/tp-feasibility": {"model": "llama-3-70b", "gpu": "h100-sxm5-80gb"},
-    "/v1/recommendations/chunk-size": {
-        **BASE,
-        "itl_slo_ms": 50,
-        "decode_batch_size": 32,
-        "decode_context_tokens": 2048,
-    },
-    "/v1/roofline": {"gpu": "h100-sxm5-80gb", "model": "llama-3-8b"},
-    "/v1/estimates/prefill-curve (5 points)": {
-        "model": "llama-3.1-8b",
-        "gpu": "a100-sxm4-80gb",
-        "prompt_tokens": [1024, 10240, 51200, 102400, 131072],
-    },
+# Each endpoint's body, and the field drawn at random per request (so that every request differs).
+ENDPOINTS: dict[str, tuple[dict[str, object], tuple[str, int, int]]] = {
+    "/v1/estimates/prefill": ({**BASE, "prompt_tokens": 2048}, ("prompt_tokens", 1, 8192)),
+    "/v1/estimates/decode": (
+        {**BASE, "batch_size": 32, "context_tokens": 4096},
+        ("context_tokens", 1, 8192),
+    ),
+    "/v1/estimates/request": (
+        {**BASE, "prompt_tokens": 2048, "output_tokens": 256},
+        ("prompt_tokens", 1, 7000),
+    ),
+    "/v1/estimates/batch-ceiling": ({**BASE, "context_tokens": 4096}, ("context_tokens", 1, 8192)),
+    "/v1/estimates/tp-feasibility": (
+        {"model": "llama-3-70b", "gpu": "h100-sxm5-80gb", "context_tokens": 2048},
+        ("context_tokens", 1, 8192),
+    ),
+    "/v1/recommendations/chunk-size": (
+        {**BASE, "itl_slo_ms": 50, "decode_batch_size": 32, "decode_context_tokens": 2048},
+        ("decode_context_tokens", 1, 8192),
+    ),
+    "/v1/roofline": (
+        {"gpu": "h100-sxm5-80gb", "model": "llama-3-8b", "prompt_tokens": 2048},
+        ("prompt_tokens", 1, 8192),
+    ),
+    "/v1/estimates/prefill-curve (5 points)": (
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "a100-sxm4-80gb",
+            "chunk_tokens": 4096,
+            "prompt_tokens": [1024, 10240, 51200, 102400, 131072],
+        },
+        ("chunk_tokens", 1, 1 << 20),
+    ),
 }
 
 
@@ -70,19 +85,36 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     args = parser.parse_args()
     common = {"seconds": args.seconds, "connections": args.connections}
-    with running_server() as base:
-        for path, body in ENDPOINTS.items():  # warm the catalog cache and the code paths
+
+    # Every answer computed: the response memo off, and a field drawn at random per request.
+    with running_server(response_memo_entries="0") as base:
+        for path, (body, _) in ENDPOINTS.items():  # warm the catalog cache and the code paths
             httpx.post(base + path.split(" ")[0], json=body).raise_for_status()
         bare = wrk("POST /bench/constant (bare)", f"{base}/bench/constant", body=BASE, **common)
-        results = [bare]
-        for path, body in ENDPOINTS.items():
-            results.append(wrk(f"POST {path}", base + path.split(" ")[0], body=body, **common))
-        bare_again = wrk(
-            "POST /bench/constant (bare, again)", f"{base}/bench/constant", body=BASE, **common
-        )
-        results.append(bare_again)
+        computed = [bare]
+        for path, (body, vary) in ENDPOINTS.items():
+            url = base + path.split(" ")[0]
+            computed.append(wrk(f"POST {path}", url, body=body, vary=vary, **common))
         http_ms, engine_ms = curve_timing(base)
-    print_table(results, bare)
+
+    # A scheduler's repeated question: the same body each time, as served by default.
+    with running_server() as base:
+        for path, (body, _) in ENDPOINTS.items():
+            httpx.post(base + path.split(" ")[0], json=body).raise_for_status()
+        bare_memo = wrk(
+            "POST /bench/constant (bare)", f"{base}/bench/constant", body=BASE, **common
+        )
+        repeated = [bare_memo]
+        for path, (body, _) in ENDPOINTS.items():
+            url = base + path.split(" ")[0]
+            repeated.append(wrk(f"POST {path}", url, body=body, **common))
+
+    print("Every answer computed (response memo off; each request's body differs):")
+    print_table(computed, bare)
+    print()
+    print("The same body repeated (default settings: answered from the response memo):")
+    print_table(repeated, bare_memo)
+    print()
     print(
         f"1,000-point prefill curve: {http_ms:.1f} ms over HTTP, {engine_ms:.1f} ms in the engine"
     )

@@ -42,14 +42,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_server(log_level: str = "INFO") -> Iterator[str]:
-    """A fresh SQLite database, migrated and loaded, served by one uvicorn worker."""
+def running_server(log_level: str = "INFO", **settings: str) -> Iterator[str]:
+    """A fresh SQLite database, migrated and loaded, served by one uvicorn worker; `settings`
+    are extra RIDGELINE_* variables (e.g. response_memo_entries="0")."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             **os.environ,
             "RIDGELINE_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
             "RIDGELINE_API_KEYS": "bench-key-0123456789",
             "RIDGELINE_LOG_LEVEL": log_level,
+            **{f"RIDGELINE_{name.upper()}": value for name, value in settings.items()},
         }
         subprocess.run([BIN / "ridgeline", "migrate"], env=env, check=True, capture_output=True)
         subprocess.run(
@@ -98,12 +100,16 @@ def wrk(
     url: str,
     *,
     body: dict[str, Any] | None = None,
+    vary: tuple[str, int, int] | None = None,
     headers: dict[str, str] | None = None,
     connections: int = 32,
     seconds: int = 10,
     threads: int = 1,
 ) -> Result:
-    """Load `url` with `connections` keep-alive clients for `seconds`; POST when `body` is given."""
+    """Load `url` with `connections` keep-alive clients for `seconds`; POST when `body` is given.
+
+    `vary=(field, low, high)` gives every request its own body, with `field` drawn uniformly
+    from [low, high]: no two requests are alike, so no cache along the way can answer them."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (Debian: apt-get install wrk)")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
@@ -111,6 +117,16 @@ def wrk(
             script.write('wrk.method = "POST"\n')
             script.write(f"wrk.body = {json.dumps(json.dumps(body))}\n")
             script.write('wrk.headers["Content-Type"] = "application/json"\n')
+        if body is not None and vary is not None:
+            field, low, high = vary
+            template = json.dumps({**body, field: 123456789}).replace("123456789", "%d")
+            script.write(f"local template = {json.dumps(template)}\n")
+            script.write(
+                "request = function()\n"
+                f"  local body = string.format(template, math.random({low}, {high}))\n"
+                "  return wrk.format(nil, nil, nil, body)\n"
+                "end\n"
+            )
         for key, value in (headers or {}).items():
             script.write(f"wrk.headers[{json.dumps(key)}] = {json.dumps(value)}\n")
     try:
@@ -142,10 +158,10 @@ def wrk(
 
 
 def print_table(results: list[Result], baseline: Result) -> None:
-    print(f"{'endpoint':<44} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs bare':>8} {'errors':>6}")
+    print(f"{'endpoint':<62} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs bare':>8} {'errors':>6}")
     for r in results:
         ratio = r.requests_per_s / baseline.requests_per_s
         print(
-            f"{r.name:<44} {r.requests_per_s:>9.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
+            f"{r.name:<62} {r.requests_per_s:>9.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
             f"{ratio:>8.2f} {r.errors:>6}"
         )

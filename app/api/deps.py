@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Annotated, Protocol
 
 from fastapi import Depends, Header, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.api.memo import ResponseMemo
 from app.api.problems import ApiProblem
 from app.services.catalog import ANY_VERSION
 from app.services.spec_cache import SpecCache
@@ -24,12 +25,10 @@ __all__ = [
     "SettingsDep",
     "SpecCacheDep",
     "etag_for",
-    "json_response",
+    "memoized_answer",
     "require_api_key",
-    "resolved_off_the_loop",
 ]
 
-R = TypeVar("R")
 _ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$')
 
 
@@ -132,22 +131,32 @@ def etag_for(version: int) -> str:
     return f'"{version}"'
 
 
-async def resolved_off_the_loop(
-    cache: SpecCache,
-    refs: Mapping[str, object],
-    call: Callable[..., R],
-    *args: Any,
-    **kwargs: Any,
-) -> R:
-    """Run `call` on the event loop when the catalog entries `refs` names (model, gpu) are
-    cached: it is then pure computation, and a thread hop would cost more than the estimate.
-    Otherwise run it in the thread pool, where it may read the database."""
-    if cache.covers(**refs):
-        return call(*args, **kwargs)
-    return await run_in_threadpool(call, *args, **kwargs)
+class EstimateBody(Protocol):
+    def refs(self) -> dict[str, object]: ...
+
+    def model_dump_json(self) -> str: ...
 
 
-def json_response(model: BaseModel, status_code: int = 200) -> Response:
-    """Serialise with pydantic-core directly: the route's `response_model` documents the shape,
-    and FastAPI's second validation of an already-validated model is skipped."""
-    return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")
+async def memoized_answer(
+    request: Request, body: EstimateBody, produce: Callable[[], BaseModel]
+) -> Response:
+    """The JSON answer to `body`, from the response memo when the same question was answered
+    with the same catalog entries; else `produce()`d (off the loop if it may read the database)
+    and remembered."""
+    cache: SpecCache = request.app.state.spec_cache
+    memo: ResponseMemo = request.app.state.response_memo
+    refs = body.refs()
+    generations = cache.generations(**refs)
+    key = None
+    if generations is not None:
+        key = (request.scope["path"], body.model_dump_json(), generations)
+        hit = memo.get(key)
+        if hit is not None:
+            return Response(hit, media_type="application/json")
+        answer = produce()  # pure computation on cached entries: no thread hop
+    else:
+        answer = await run_in_threadpool(produce)
+    payload = answer.model_dump_json().encode()
+    if key is not None:
+        memo.put(key, payload)
+    return Response(payload, media_type="application/json")

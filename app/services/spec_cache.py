@@ -8,6 +8,7 @@ another replica is seen within `ttl_s`.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,8 +56,9 @@ class SpecCache:
         self._session_factory = session_factory
         self._ttl_s = ttl_s
         self._clock = clock
-        self._gpus: dict[str, tuple[float, CachedGpu]] = {}
-        self._models: dict[str, tuple[float, CachedModel]] = {}
+        self._gpus: dict[str, tuple[float, CachedGpu, int]] = {}
+        self._models: dict[str, tuple[float, CachedModel, int]] = {}
+        self._fills = itertools.count(1)  # each cache fill gets a new generation number
 
     def peek_gpu(self, gpu_id: str) -> CachedGpu | None:
         hit = self._gpus.get(gpu_id)
@@ -65,6 +67,22 @@ class SpecCache:
     def peek_model(self, model_id: str) -> CachedModel | None:
         hit = self._models.get(model_id)
         return hit[1] if hit is not None and hit[0] > self._clock() else None
+
+    def generations(self, *, model: object = None, gpu: object = None) -> tuple[int, int] | None:
+        """Which fill of the cached `model` and `gpu` entries an answer would use (0 for an inline
+        spec or none), or None when one is not cached. A write, a run upload or expiry makes a
+        new fill, so answers keyed by generation never outlive the entries they came from."""
+        now = self._clock()
+        numbers = []
+        for ref, table in ((model, self._models), (gpu, self._gpus)):
+            if not isinstance(ref, str):
+                numbers.append(0)
+                continue
+            hit = table.get(ref)
+            if hit is None or hit[0] <= now:
+                return None
+            numbers.append(hit[2])
+        return numbers[0], numbers[1]
 
     def gpu(self, gpu_id: str, field: str = "gpu") -> CachedGpu:
         """The GPU's spec; a 422 naming `field` when the catalog has no such id."""
@@ -87,7 +105,7 @@ class SpecCache:
                 row.efficiency,
                 expected_error_pct(session, gpu_id, spec),
             )
-        self._gpus[gpu_id] = (self._clock() + self._ttl_s, cached)
+        self._gpus[gpu_id] = (self._clock() + self._ttl_s, cached, next(self._fills))
         return cached
 
     def model(self, model_id: str, field: str = "model") -> CachedModel:
@@ -105,15 +123,13 @@ class SpecCache:
             except SpecError as error:
                 raise invalid_spec(error, field) from None
             cached = CachedModel(spec, row.version, row.params_total, row.params_active)
-        self._models[model_id] = (self._clock() + self._ttl_s, cached)
+        self._models[model_id] = (self._clock() + self._ttl_s, cached, next(self._fills))
         return cached
 
     def covers(self, *, model: object = None, gpu: object = None) -> bool:
         """True when every catalog id among `model` and `gpu` is cached and fresh (inline specs
         and None need nothing): the caller can then resolve without touching the database."""
-        return (not isinstance(model, str) or self.peek_model(model) is not None) and (
-            not isinstance(gpu, str) or self.peek_gpu(gpu) is not None
-        )
+        return self.generations(model=model, gpu=gpu) is not None
 
     def invalidate(self, kind: str, entry_id: str) -> None:
         table: dict[str, Any] = self._gpus if kind == "gpu" else self._models

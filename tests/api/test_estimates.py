@@ -359,3 +359,29 @@ def test_impossible_input_names_the_field(
     fields = [error["field"] for error in response.json()["errors"]]
     assert any(f == field or f.startswith(field) for f in fields), fields
     assert snapshot(settings.database_url) == before
+
+
+def test_repeated_questions_are_answered_from_the_memo(client: TestClient) -> None:
+    memo = client.app.state.response_memo  # type: ignore[attr-defined]
+    _post(client, "/v1/estimates/prefill", {**BASE, "prompt_tokens": 10})  # fills the spec cache
+    body = {**BASE, "prompt_tokens": 3000}
+    first = client.post("/v1/estimates/prefill", json=body)
+    hits = memo.hits
+    # The same question, with a default spelled out: the same validated body, the same answer.
+    again = client.post("/v1/estimates/prefill", json={**body, "batch_size": 1})
+    assert memo.hits == hits + 1
+    assert again.content == first.content
+    other = client.post("/v1/estimates/prefill", json={**body, "prompt_tokens": 3001})
+    assert memo.hits == hits + 1 and other.json()["ttft_ms"] > first.json()["ttft_ms"]
+
+
+def test_memo_never_outlives_the_catalog_entry(client: TestClient) -> None:
+    body = {**BASE, "batch_size": 4, "context_tokens": 512}
+    before = _post(client, "/v1/estimates/decode", body)
+    cache = client.app.state.spec_cache  # type: ignore[attr-defined]
+    cache.invalidate("gpu", "h100-sxm5-80gb")  # as a write, a run upload or expiry does
+    memo = client.app.state.response_memo  # type: ignore[attr-defined]
+    hits = memo.hits
+    after = _post(client, "/v1/estimates/decode", body)
+    assert memo.hits == hits  # recomputed from the refilled entry
+    assert after["tpot_ms"] == before["tpot_ms"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
-from app.api.deps import SpecCacheDep, json_response, resolved_off_the_loop
+from app.api.deps import SpecCacheDep, memoized_answer
 from app.api.schemas.common import problem_responses
 from app.api.schemas.estimates import (
     BatchCeilingRequest,
@@ -49,11 +49,14 @@ AcceptHeader = Annotated[
     summary="Time to first token of a prompt",
     responses=_PROBLEMS,
 )
-async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.prefill, cache, body.target_kwargs(), **body.workload()
+async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep, request: Request) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: PrefillResponse.of(
+            *estimates.prefill(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(PrefillResponse.of(target, result))
 
 
 @router.post(
@@ -63,23 +66,19 @@ async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep) -> Respons
     responses=_PROBLEMS | _SVG,
 )
 async def estimate_prefill_curve(
-    body: PrefillCurveRequest, cache: SpecCacheDep, accept: AcceptHeader = None
+    body: PrefillCurveRequest, cache: SpecCacheDep, request: Request, accept: AcceptHeader = None
 ) -> Response:
-    target, curve = await resolved_off_the_loop(
-        cache,
-        body.refs(),
-        estimates.prefill_points,
-        cache,
-        body.target_kwargs(),
-        body.prompt_tokens,
-        **body.workload(),
-    )
-    answer = PrefillCurveResponse.of(target, curve)
-    if wants_svg(accept):  # matplotlib takes ~100 ms: off the event loop
-        return Response(
-            await run_in_threadpool(prefill_curve_svg, answer), media_type=SVG_MEDIA_TYPE
+    def answer() -> PrefillCurveResponse:
+        return PrefillCurveResponse.of(
+            *estimates.prefill_points(
+                cache, body.target_kwargs(), body.prompt_tokens, **body.workload()
+            )
         )
-    return json_response(answer)
+
+    if wants_svg(accept):  # drawing takes ~100 ms: off the event loop
+        chart = await run_in_threadpool(lambda: prefill_curve_svg(answer()))
+        return Response(chart, media_type=SVG_MEDIA_TYPE)
+    return await memoized_answer(request, body, answer)
 
 
 @router.post(
@@ -88,11 +87,14 @@ async def estimate_prefill_curve(
     summary="Time per output token of a decode batch",
     responses=_PROBLEMS,
 )
-async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.decode, cache, body.target_kwargs(), **body.workload()
+async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Request) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: DecodeResponse.of(
+            *estimates.decode(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(DecodeResponse.of(target, result))
 
 
 @router.post(
@@ -101,11 +103,14 @@ async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep) -> Response:
     summary="End-to-end latency of a request: TTFT + (T - 1) x TPOT",
     responses=_PROBLEMS,
 )
-async def estimate_request(body: RequestRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.request, cache, body.target_kwargs(), **body.workload()
+async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: Request) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: RequestResponse.of(
+            *estimates.request(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(RequestResponse.of(target, result))
 
 
 @router.post(
@@ -114,11 +119,16 @@ async def estimate_request(body: RequestRequest, cache: SpecCacheDep) -> Respons
     summary="How many sequences fit, and whether memory or compute stops the batch first",
     responses=_PROBLEMS,
 )
-async def estimate_batch_ceiling(body: BatchCeilingRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.batch_ceiling, cache, body.target_kwargs(), **body.workload()
+async def estimate_batch_ceiling(
+    body: BatchCeilingRequest, cache: SpecCacheDep, request: Request
+) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: BatchCeilingResponse.of(
+            *estimates.batch_ceiling(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(BatchCeilingResponse.of(target, result))
 
 
 @router.post(
@@ -127,11 +137,16 @@ async def estimate_batch_ceiling(body: BatchCeilingRequest, cache: SpecCacheDep)
     summary="Which tensor-parallel degrees work, and what else to do when none does",
     responses=_PROBLEMS,
 )
-async def estimate_tp_feasibility(body: TpFeasibilityRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.tp_feasibility, cache, body.target_kwargs(), **body.workload()
+async def estimate_tp_feasibility(
+    body: TpFeasibilityRequest, cache: SpecCacheDep, request: Request
+) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: TpFeasibilityResponse.of(
+            *estimates.tp_feasibility(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(TpFeasibilityResponse.of(target, result))
 
 
 @router.post(
@@ -141,11 +156,16 @@ async def estimate_tp_feasibility(body: TpFeasibilityRequest, cache: SpecCacheDe
     tags=["recommendations"],
     responses=_PROBLEMS,
 )
-async def recommend_chunk_size(body: ChunkSizeRequest, cache: SpecCacheDep) -> Response:
-    target, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.chunk_size, cache, body.target_kwargs(), **body.workload()
+async def recommend_chunk_size(
+    body: ChunkSizeRequest, cache: SpecCacheDep, request: Request
+) -> Response:
+    return await memoized_answer(
+        request,
+        body,
+        lambda: ChunkSizeResponse.of(
+            *estimates.chunk_size(cache, body.target_kwargs(), **body.workload())
+        ),
     )
-    return json_response(ChunkSizeResponse.of(target, result))
 
 
 @router.post(
@@ -155,12 +175,12 @@ async def recommend_chunk_size(body: ChunkSizeRequest, cache: SpecCacheDep) -> R
     responses=_PROBLEMS | _SVG,
 )
 async def roofline(
-    body: RooflineRequest, cache: SpecCacheDep, accept: AcceptHeader = None
+    body: RooflineRequest, cache: SpecCacheDep, request: Request, accept: AcceptHeader = None
 ) -> Response:
-    gpu_id, model_id, result = await resolved_off_the_loop(
-        cache, body.refs(), estimates.roofline_of, cache, **body.resolve_kwargs()
-    )
-    answer = RooflineResponse.of(gpu_id, model_id, result)
+    def answer() -> RooflineResponse:
+        return RooflineResponse.of(*estimates.roofline_of(cache, **body.resolve_kwargs()))
+
     if wants_svg(accept):
-        return Response(await run_in_threadpool(roofline_svg, answer), media_type=SVG_MEDIA_TYPE)
-    return json_response(answer)
+        chart = await run_in_threadpool(lambda: roofline_svg(answer()))
+        return Response(chart, media_type=SVG_MEDIA_TYPE)
+    return await memoized_answer(request, body, answer)
