@@ -14,7 +14,16 @@ from fastapi import FastAPI
 from app.api.memo import ResponseMemo
 from app.api.middleware import HttpMetrics, ObservabilityMiddleware
 from app.api.problems import install_problem_handlers
-from app.api.routes import benchmark_runs, calibrations, estimates, gpus, health, models
+from app.api.routes import (
+    benchmark_runs,
+    calibrations,
+    estimates,
+    gpus,
+    health,
+    models,
+    plans,
+    simulations,
+)
 from app.catalog.db import make_engine, make_session_factory
 from app.logs import configure_logging
 from app.services.catalog_loader import load_bundled_catalog
@@ -74,6 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(estimates.router)
     app.include_router(benchmark_runs.router)
     app.include_router(calibrations.router)
+    app.include_router(simulations.router)
+    app.include_router(plans.router)
     app.add_middleware(
         ObservabilityMiddleware,
         metrics=app.state.metrics,

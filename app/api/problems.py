@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -130,6 +131,13 @@ def problem_response(
     )
 
 
+# A cross-field validator names the field it refuses at the head of its message:
+# "p10_ms: must not exceed median_ms" or "points[0].prompt_tokens: ...".
+_NAMED_FIELD = re.compile(
+    r"^(?:Value error, )?([A-Za-z_][\w]*(?:(?:\.[A-Za-z_]\w*)|\[\d+\])*): (.+)$", re.S
+)
+
+
 def _field_problems(errors: Sequence[Any]) -> list[FieldProblem]:
     problems = []
     for error in errors:
@@ -139,6 +147,11 @@ def _field_problems(errors: Sequence[Any]) -> list[FieldProblem]:
         message = str(error.get("msg", "invalid"))
         if error.get("type") == "extra_forbidden":
             message = "unknown field"
+        elif error.get("type") == "value_error" and (named := _NAMED_FIELD.match(message)):
+            inner = named.group(1).replace("[", ".").replace("]", "").split(".")
+            if path[-len(inner) :] != inner:  # a field validator's own name is not repeated
+                path = [*path, *inner]
+            message = named.group(2)
         problems.append(FieldProblem(".".join(path) or location, message, location))
     return problems
 

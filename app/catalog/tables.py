@@ -3,6 +3,7 @@ is needed (Alembic's autogenerate, the tests' database reset)."""
 
 from app.catalog.db import Base
 from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+from app.catalog.plans import PlanRow
 from app.catalog.runs import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
 
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "CatalogTombstone",
     "GpuRow",
     "ModelRow",
+    "PlanRow",
 ]

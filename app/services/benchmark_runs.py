@@ -46,14 +46,13 @@ from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 from app.engine.timing import Bound
 from app.services.catalog import GPU_FIELDS, LoadOutcome, record_change
-from app.services.errors import InvalidInput, NotFound
+from app.services.errors import InvalidInput, RunNotFound
 from app.services.specs import gpu_spec_from_fields
 
 __all__ = [
     "MEASURED_EFFICIENCY",
     "GpuBasis",
     "GpuBasisKind",
-    "RunNotFound",
     "RunPage",
     "document_field",
     "estimate_point",
@@ -80,12 +79,6 @@ MEASURED_EFFICIENCY = Efficiency(
 _UNKNOWN_MEMORY_BYTES = 2**40
 _NO_LINK = InterconnectSpec(kind="unknown", bandwidth_bytes_per_s=1.0, latency_s=0.0)
 _ACTIVATION_DTYPES = (DType.BF16, DType.FP16, DType.FP32)
-
-
-class RunNotFound(NotFound):
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"No benchmark run with id {run_id!r}.")
-        self.run_id = run_id
 
 
 class GpuBasisKind(StrEnum):

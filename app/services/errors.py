@@ -22,7 +22,9 @@ __all__ = [
     "InvalidInput",
     "ModelNotFound",
     "NotFound",
+    "PlanNotFound",
     "PreconditionFailed",
+    "RunNotFound",
 ]
 
 
@@ -62,6 +64,18 @@ class ModelNotFound(NotFound):
     def __init__(self, model_id: str) -> None:
         super().__init__(f"No model with id {model_id!r} in the catalog.")
         self.model_id = model_id
+
+
+class RunNotFound(NotFound):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"No benchmark run with id {run_id!r}.")
+        self.run_id = run_id
+
+
+class PlanNotFound(NotFound):
+    def __init__(self, plan_id: str) -> None:
+        super().__init__(f"No plan with id {plan_id!r}.")
+        self.plan_id = plan_id
 
 
 class AlreadyExists(DomainError):

@@ -1,0 +1,189 @@
+"""What a capacity plan is asked: the traffic, the latency SLOs, the GPUs on offer, and the knobs
+of the search. Frozen dataclasses that validate themselves (`SpecError` naming the field)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.engine.dtypes import DType
+from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
+from app.engine.simulator import StepTimer
+from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
+from app.engine.step_cost import StepCostModel
+from app.engine.workload import LengthDistribution, Trace
+
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "DEFAULT_DTYPE_PAIRS",
+    "DEFAULT_MAX_NUM_SEQS",
+    "DEFAULT_PROBE_REQUESTS",
+    "DEFAULT_TP_CANDIDATES",
+    "GpuOffer",
+    "PlanOptions",
+    "Slo",
+    "TimerFactory",
+    "Traffic",
+    "TtftBucket",
+    "step_cost_timer",
+]
+
+DEFAULT_TP_CANDIDATES = (1, 2, 4, 8)
+DEFAULT_DTYPE_PAIRS = ((DType.BF16, DType.BF16), (DType.FP8, DType.FP8))
+"""(weight format, KV-cache format) pairs: bf16 throughout, and fp8 weights with an fp8 cache."""
+DEFAULT_MAX_NUM_SEQS = (256,)  # vLLM's default --max-num-seqs
+DEFAULT_CHUNK_TOKENS = (512, 2048)  # vLLM v0's chunked-prefill default (seed 000) and v1's
+DEFAULT_PROBE_REQUESTS = 3000
+"""Requests per simulation probe. 30 of them lie above the p99: how many lie above the true p99
+is binomial, mean 30 and standard deviation 5.4, so a probe's p99 sits between the true 98.8th
+and 99.2nd percentiles about two times in three; with 300 requests it would be the third-largest
+value, give or take. The seed is fixed, so every probe of a plan serves the same requests."""
+
+TimerFactory = Callable[[ModelSpec, GpuSpec, Deployment, Efficiency], StepTimer]
+"""Builds the step timer of one deployment; `SpecError` when the deployment is impossible."""
+
+
+def step_cost_timer(
+    model: ModelSpec, gpu: GpuSpec, deployment: Deployment, efficiency: Efficiency
+) -> StepTimer:
+    """The engine's own step timer, `StepCostModel` (the default `TimerFactory`)."""
+    return StepCostModel(model, gpu, deployment, efficiency)
+
+
+def _positive(name: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise SpecError(name, f"must be positive, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class TtftBucket:
+    """A TTFT SLO for the prompts longer than the previous bucket's bound, up to this one's."""
+
+    max_prompt_tokens: int
+    ttft_p99_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency objectives at the 99th percentile over requests. `ttft_p99_ms` holds for all
+    requests; each bucket adds one for its prompt lengths (seed 000: separate SLAs by length)."""
+
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    ttft_buckets: tuple[TtftBucket, ...] = ()
+
+    def __post_init__(self) -> None:
+        _positive("slo.ttft_p99_ms", self.ttft_p99_ms)
+        _positive("slo.tpot_p99_ms", self.tpot_p99_ms)
+        for i, bucket in enumerate(self.ttft_buckets):
+            _positive(f"slo.ttft_p99_ms_by_prompt_tokens[{i}].ttft_p99_ms", bucket.ttft_p99_ms)
+            _positive(
+                f"slo.ttft_p99_ms_by_prompt_tokens[{i}].max_prompt_tokens",
+                bucket.max_prompt_tokens,
+            )
+        for i, (low, high) in enumerate(itertools.pairwise(self.ttft_buckets)):
+            if high.max_prompt_tokens <= low.max_prompt_tokens:
+                raise SpecError(
+                    f"slo.ttft_p99_ms_by_prompt_tokens[{i + 1}].max_prompt_tokens",
+                    "buckets must be in increasing order of max_prompt_tokens",
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """The whole deployment's traffic: `requests_per_s` with length distributions (Poisson
+    arrivals), or a `trace` whose arrival pattern is replayed, time-scaled to `requests_per_s`."""
+
+    requests_per_s: float
+    prompt_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+    trace: Trace | None = None
+
+    def __post_init__(self) -> None:
+        _positive("traffic.requests_per_s", self.requests_per_s)
+        has_lengths = self.prompt_tokens is not None and self.output_tokens is not None
+        if self.trace is None and not has_lengths:
+            raise SpecError("traffic", "give prompt_tokens and output_tokens, or a trace")
+        if self.trace is not None and (
+            self.prompt_tokens is not None or self.output_tokens is not None
+        ):
+            raise SpecError("traffic", "give length distributions or a trace, not both")
+        if self.trace is not None and len(self.trace) < 2:
+            raise SpecError("traffic.trace", "needs at least two requests to have a rate")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOffer:
+    """A GPU one may deploy on, the price of one for an hour, and the efficiency it is timed
+    with (by default its own calibration)."""
+
+    gpu: GpuSpec
+    price_per_gpu_hour_usd: float
+    efficiency: Efficiency | None = None
+
+    def __post_init__(self) -> None:
+        _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)
+
+    @property
+    def id(self) -> str:
+        return self.gpu.id
+
+    @property
+    def timing_efficiency(self) -> Efficiency:
+        return self.efficiency if self.efficiency is not None else self.gpu.efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """The candidate space and the search's knobs.
+
+    Every (GPU, tp, (weight, KV) formats, max_num_seqs, chunk) combination is a candidate; a
+    `max_num_seqs` above the chunk is lowered to it (a chunked step must hold every decode).
+    `probe_requests` requests are simulated per probe, with `seed`; `max_plans` fully planned
+    candidates are returned, the rest that cannot beat them are pruned unless `exhaustive`.
+    """
+
+    tp_candidates: tuple[int, ...] = DEFAULT_TP_CANDIDATES
+    dtype_pairs: tuple[tuple[DType, DType], ...] = DEFAULT_DTYPE_PAIRS
+    max_num_seqs_candidates: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
+    chunk_tokens_candidates: tuple[int, ...] = DEFAULT_CHUNK_TOKENS
+    headroom: float = 0.2
+    gpus_per_node: int = 8
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    probe_requests: int = DEFAULT_PROBE_REQUESTS
+    seed: int = 0
+    max_plans: int = 3
+    exhaustive: bool = False
+    disaggregated: bool = False
+    timer_factory: TimerFactory = field(default=step_cost_timer, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, values in (
+            ("tp_candidates", self.tp_candidates),
+            ("max_num_seqs_candidates", self.max_num_seqs_candidates),
+            ("chunk_tokens_candidates", self.chunk_tokens_candidates),
+        ):
+            if not values:
+                raise SpecError(name, "needs at least one value")
+            for i, value in enumerate(values):
+                if value < 1:
+                    raise SpecError(f"{name}[{i}]", f"must be at least 1, got {value}")
+        if not self.dtype_pairs:
+            raise SpecError("weight_dtypes", "needs at least one format")
+        if not (self.headroom >= 0 and math.isfinite(self.headroom)):
+            raise SpecError("headroom", f"must not be negative, got {self.headroom}")
+        if self.gpus_per_node < 1:
+            raise SpecError("gpus_per_node", f"must be at least 1, got {self.gpus_per_node}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise SpecError("gpu_memory_utilization", "must be in (0, 1]")
+        if self.block_tokens < 1:
+            raise SpecError("block_tokens", "must be at least 1")
+        if self.probe_requests < 100:
+            raise SpecError("probe_requests", f"must be at least 100, got {self.probe_requests}")
+        if self.seed < 0:
+            raise SpecError("seed", "must not be negative")
+        if self.max_plans < 1:
+            raise SpecError("max_plans", "must be at least 1")

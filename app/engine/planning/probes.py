@@ -1,0 +1,206 @@
+"""Simulation probes: one replica serving the plan's sample of requests at a given rate, and
+whether the latency SLOs hold there.
+
+Every probe of a plan serves the same requests (`ProbeSample`): their lengths are drawn once, and
+their arrival times are drawn once at 1 request/s and divided by the probe's rate (common random
+numbers, as `app.engine.workload` does for a Poisson stream). So two probes differ only in the
+rate, and the verdict "meets the SLO" moves smoothly with it instead of with sampling noise.
+A trace is replayed the same way: its first rows, time-scaled.
+
+A probe meets the SLOs when the simulated run is not saturated and the p99 over its requests of
+TTFT (overall and per prompt-length bucket) and of TPOT are within the objectives. Requests the
+KV cache can never hold count as missing the TTFT objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.engine.planning.inputs import Slo, Traffic
+from app.engine.simulator import SchedulerConfig, SimulationResult, StepTimer, simulate
+from app.engine.specs import SpecError
+from app.engine.units import MS_PER_S
+from app.engine.workload import PoissonWorkload, Trace
+
+__all__ = ["ProbeOutcome", "ProbeRunner", "ProbeSample", "build_sample"]
+
+_MEAN_SAMPLE = 100_000  # draws for the traffic's mean lengths (relative error ~0.3 %)
+_NEVER_S = 1e30  # the TTFT of a request the KV cache cannot hold: beyond any objective
+
+
+@dataclass(frozen=True, eq=False)
+class ProbeSample:
+    """The requests every probe serves, arriving at 1 request/s (`unit_arrival_s`)."""
+
+    unit_arrival_s: NDArray[np.float64]
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    mean_prompt_tokens: float
+    """Of the traffic (not only the sample): what cost per token is computed with."""
+    mean_output_tokens: float
+
+    def __len__(self) -> int:
+        return len(self.unit_arrival_s)
+
+    def trace(self, requests_per_s: float) -> Trace:
+        """The sample arriving at `requests_per_s`."""
+        return Trace(
+            arrival_s=self.unit_arrival_s / requests_per_s,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+        )
+
+    def prompt_only(self) -> ProbeSample:
+        """The same requests producing one token each: a prefill pool's work."""
+        return ProbeSample(
+            unit_arrival_s=self.unit_arrival_s,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=np.ones_like(self.output_tokens),
+            mean_prompt_tokens=self.mean_prompt_tokens,
+            mean_output_tokens=1.0,
+        )
+
+
+def build_sample(traffic: Traffic, count: int, seed: int) -> ProbeSample:
+    """`count` requests of `traffic` (all of a shorter trace) at 1 request/s."""
+    if traffic.trace is not None:
+        trace = traffic.trace
+        span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
+        if not span_s > 0:
+            raise SpecError("traffic.trace", "all requests arrive at once: the trace has no rate")
+        # Mean rate of the trace: (n - 1) gaps over its span; scale it to 1 request/s.
+        trace_rate = (len(trace) - 1) / span_s
+        rows = min(count, len(trace))
+        return ProbeSample(
+            unit_arrival_s=(trace.arrival_s[:rows] - trace.arrival_s[0]) * trace_rate,
+            prompt_tokens=trace.prompt_tokens[:rows],
+            output_tokens=trace.output_tokens[:rows],
+            mean_prompt_tokens=float(trace.prompt_tokens.mean()),
+            mean_output_tokens=float(trace.output_tokens.mean()),
+        )
+    prompts, outputs = traffic.prompt_tokens, traffic.output_tokens
+    if prompts is None or outputs is None:  # Traffic guarantees one shape or the other
+        raise SpecError("traffic", "give prompt_tokens and output_tokens, or a trace")
+    unit = PoissonWorkload(1.0, count, prompts, outputs).trace(seed)
+    rng = np.random.Generator(np.random.PCG64([seed, 1]))  # a stream of its own
+    return ProbeSample(
+        unit_arrival_s=unit.arrival_s,
+        prompt_tokens=unit.prompt_tokens,
+        output_tokens=unit.output_tokens,
+        mean_prompt_tokens=float(prompts.sample(rng, _MEAN_SAMPLE).mean()),
+        mean_output_tokens=float(outputs.sample(rng, _MEAN_SAMPLE).mean()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """One replica at `requests_per_s`: its p50/p99 latencies and whether the SLOs hold."""
+
+    requests_per_s: float
+    meets: bool
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    ttft_p99_ms_by_bucket: tuple[float | None, ...]
+    """Per SLO bucket; None where the sample has no prompt in the bucket."""
+    saturated: bool
+    rejected_requests: int
+    misses: tuple[str, ...]
+    """Which objectives failed, in words; empty when `meets`."""
+
+
+def _p(values: NDArray[np.float64], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else 0.0
+
+
+class ProbeRunner:
+    """Simulates one candidate replica at any rate, memoised by rate; counts its simulations."""
+
+    def __init__(
+        self,
+        sample: ProbeSample,
+        timer: StepTimer,
+        *,
+        kv_capacity_tokens: int,
+        block_tokens: int,
+        scheduler: SchedulerConfig,
+        slo: Slo,
+        check_tpot: bool = True,
+    ) -> None:
+        self.sample = sample
+        self.timer = timer
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.block_tokens = block_tokens
+        self.scheduler = scheduler
+        self.slo = slo
+        self.check_tpot = check_tpot
+        self.simulations = 0
+        self._outcomes: dict[float, ProbeOutcome] = {}
+        prompts = sample.prompt_tokens
+        self._bucket_masks: list[NDArray[np.bool_]] = []
+        low = 0
+        for bucket in slo.ttft_buckets:
+            self._bucket_masks.append((prompts > low) & (prompts <= bucket.max_prompt_tokens))
+            low = bucket.max_prompt_tokens
+
+    def run(self, requests_per_s: float) -> ProbeOutcome:
+        """The outcome at `requests_per_s` per replica (simulated once per distinct rate)."""
+        known = self._outcomes.get(requests_per_s)
+        if known is not None:
+            return known
+        self.simulations += 1
+        result = simulate(
+            self.sample.trace(requests_per_s),
+            self.timer,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            block_tokens=self.block_tokens,
+            scheduler=self.scheduler,
+        )
+        outcome = self._judge(requests_per_s, result)
+        self._outcomes[requests_per_s] = outcome
+        return outcome
+
+    def _judge(self, requests_per_s: float, result: SimulationResult) -> ProbeOutcome:
+        times = result.requests
+        rejected = times.rejected
+        ttft_s = np.where(rejected, _NEVER_S, times.ttft_s)
+        tpot_s = times.tpot_s[~rejected]
+        tpot_s = tpot_s[~np.isnan(tpot_s)]
+        slo = self.slo
+        ttft_p99 = _p(ttft_s, 99) * MS_PER_S
+        tpot_p99 = _p(tpot_s, 99) * MS_PER_S
+        misses: list[str] = []
+        if result.saturated:
+            misses.append("saturated: the queue grows without bound")
+        if ttft_p99 > slo.ttft_p99_ms:
+            misses.append(f"TTFT p99 {ttft_p99:.0f} ms > {slo.ttft_p99_ms:g} ms")
+        if self.check_tpot and tpot_p99 > slo.tpot_p99_ms:
+            misses.append(f"TPOT p99 {tpot_p99:.1f} ms > {slo.tpot_p99_ms:g} ms")
+        by_bucket: list[float | None] = []
+        for bucket, mask in zip(slo.ttft_buckets, self._bucket_masks, strict=True):
+            if not mask.any():
+                by_bucket.append(None)
+                continue
+            p99 = _p(ttft_s[mask], 99) * MS_PER_S
+            by_bucket.append(p99)
+            if p99 > bucket.ttft_p99_ms:
+                misses.append(
+                    f"TTFT p99 {p99:.0f} ms > {bucket.ttft_p99_ms:g} ms for prompts up to "
+                    f"{bucket.max_prompt_tokens} tokens"
+                )
+        return ProbeOutcome(
+            requests_per_s=requests_per_s,
+            meets=not misses,
+            ttft_p50_ms=_p(ttft_s, 50) * MS_PER_S,
+            ttft_p99_ms=ttft_p99,
+            tpot_p50_ms=_p(tpot_s, 50) * MS_PER_S,
+            tpot_p99_ms=tpot_p99,
+            ttft_p99_ms_by_bucket=tuple(by_bucket),
+            saturated=result.saturated,
+            rejected_requests=int(rejected.sum()),
+            misses=tuple(misses),
+        )

@@ -1,0 +1,131 @@
+"""What a capacity plan answers: every candidate deployment with its verdict, and optionally a
+disaggregated (separate prefill and decode pools) alternative."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.engine.dtypes import DType
+
+__all__ = [
+    "CandidatePlan",
+    "CandidateStatus",
+    "CapacityPlan",
+    "DisaggregatedPlan",
+    "PredictedLatency",
+]
+
+
+class CandidateStatus(StrEnum):
+    PLANNED = "planned"  # simulated: replicas, cost and latencies known
+    PRUNED = "pruned"  # provably no cheaper than the plans returned; not fully searched
+    INFEASIBLE = "infeasible"  # cannot serve the traffic within the SLOs at all
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedLatency:
+    """The simulator's figures for one replica at its share of the traffic (no headroom)."""
+
+    requests_per_s_per_replica: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    ttft_p99_ms_by_bucket: tuple[float | None, ...]
+    saturated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CandidatePlan:
+    """One (GPU, tp, formats, scheduler) deployment and what it takes to carry the traffic.
+
+    `max_num_seqs` and `chunk_tokens` are None for an infeasibility that holds whatever they are.
+    Rates are per replica, requests per second.
+    """
+
+    gpu_id: str
+    tp: int
+    weight_dtype: DType
+    kv_dtype: DType
+    max_num_seqs: int | None
+    chunk_tokens: int | None
+    status: CandidateStatus
+    price_per_gpu_hour_usd: float
+    reasons: tuple[str, ...]
+    kv_head_replication: float = 1.0
+    kv_capacity_tokens: int | None = None
+    analytic_max_requests_per_s_per_replica: float | None = None
+    """`capacity_bound`: no simulation sustains more."""
+    cost_lower_bound_per_hour_usd: float | None = None
+    """k_min * tp * price; for a pruned candidate the best bound known when it was dropped
+    (its cost, or the cost of one replica more than it was searched to), never below the cost of
+    the `max_plans`-th plan returned."""
+    replicas: int | None = None
+    gpus_total: int | None = None
+    cost_per_hour_usd: float | None = None
+    cost_per_million_output_tokens_usd: float | None = None
+    max_requests_per_s_per_replica: float | None = None
+    """The highest rate a probe found to meet the SLOs."""
+    failing_requests_per_s_per_replica: float | None = None
+    """The lowest rate known to miss them (probed, or the analytic bound)."""
+    predicted: PredictedLatency | None = None
+    simulations: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.status is CandidateStatus.PLANNED
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregatedPlan:
+    """Separate prefill and decode pools on the GPU, tp and formats of the best aggregated plan.
+
+    The prefill pool is sized with the simulator (the same requests, each stopping at its first
+    token, against the TTFT SLOs); the decode pool analytically (below). Moving each request's KV
+    cache from the prefill to the decode pool is not modelled.
+    """
+
+    gpu_id: str
+    tp: int
+    weight_dtype: DType
+    kv_dtype: DType
+    chunk_tokens: int
+    prefill_replicas: int | None
+    prefill_max_requests_per_s_per_replica: float | None
+    decode_replicas: int | None
+    decode_batch_size: int
+    """Largest decode batch whose step meets the TPOT SLO (and that the KV cache holds)."""
+    decode_mean_batch: float
+    """The mean batch planned: the largest whose batch + 2.33 standard deviations (a Poisson
+    count's 99th percentile) stays within `decode_batch_size`."""
+    decode_tpot_ms: float | None
+    decode_max_requests_per_s_per_replica: float | None
+    gpus_total: int | None
+    cost_per_hour_usd: float | None
+    cost_per_million_output_tokens_usd: float | None
+    aggregated_cost_per_hour_usd: float
+    cheaper: str
+    """`disaggregated`, `aggregated`, `equal`, or `aggregated` when a pool cannot be sized."""
+    verdict: str
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPlan:
+    """Candidates: planned ones by cost, then pruned ones by their cost bound, then infeasible
+    ones. Rates are requests per second; `demand_requests_per_s` includes the headroom."""
+
+    candidates: tuple[CandidatePlan, ...]
+    demand_requests_per_s: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    probe_requests: int
+    simulations: int
+    disaggregated: DisaggregatedPlan | None
+    notes: tuple[str, ...]
+
+    @property
+    def best(self) -> CandidatePlan | None:
+        first = self.candidates[0] if self.candidates else None
+        return first if first is not None and first.feasible else None

@@ -1,0 +1,281 @@
+"""Closed-form screening of every candidate deployment, before any simulation: which cannot
+work at all (and why), and for the rest the analytic capacity and the cost lower bound that order
+and prune the search (see `app.engine.planning.planner`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.engine.counting import validate_tp
+from app.engine.memory import memory_plan
+from app.engine.planning.analysis import (
+    LoadStats,
+    capacity_bound,
+    lone_decode_seconds,
+    lone_prefill_seconds,
+)
+from app.engine.planning.inputs import GpuOffer, PlanOptions, Slo
+from app.engine.planning.probes import ProbeSample
+from app.engine.planning.results import CandidatePlan, CandidateStatus
+from app.engine.simulator import SchedulerConfig, StepTimer
+from app.engine.specs import Deployment, ModelSpec, SpecError
+from app.engine.units import GB, MS_PER_S
+
+__all__ = ["MAX_REJECTED_FRACTION", "Candidate", "finite", "screen"]
+
+MAX_REJECTED_FRACTION = 0.01  # more requests than this beyond the KV cache: does not fit
+
+
+def finite(value: float) -> float | None:
+    """None for an unbounded rate (a timer that says some step takes no time)."""
+    return value if math.isfinite(value) else None
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A candidate that passed the closed-form checks, with what the search needs."""
+
+    order: int
+    offer: GpuOffer
+    deployment: Deployment
+    scheduler: SchedulerConfig
+    timer: StepTimer
+    kv_capacity_tokens: int
+    replication: float
+    reasons: list[str]
+    capacity_rps: float
+    k_min: int
+    cost_bound: float
+
+    def result(self, status: CandidateStatus, reasons: Sequence[str]) -> CandidatePlan:
+        return CandidatePlan(
+            gpu_id=self.offer.id,
+            tp=self.deployment.tp,
+            weight_dtype=self.deployment.weight_dtype,
+            kv_dtype=self.deployment.kv_dtype,
+            max_num_seqs=self.scheduler.max_num_seqs,
+            chunk_tokens=self.scheduler.max_num_batched_tokens,
+            status=status,
+            price_per_gpu_hour_usd=self.offer.price_per_gpu_hour_usd,
+            reasons=(*self.reasons, *reasons),
+            kv_head_replication=self.replication,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            analytic_max_requests_per_s_per_replica=finite(self.capacity_rps),
+            cost_lower_bound_per_hour_usd=self.cost_bound,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Lengths:
+    """The sample percentiles the lone-request checks use."""
+
+    prompt_p99: int
+    bucket_prompt_p99: tuple[int | None, ...]
+    mid_context_p99: int
+
+    @classmethod
+    def of(cls, sample: ProbeSample, slo: Slo) -> _Lengths:
+        prompts = sample.prompt_tokens
+        buckets: list[int | None] = []
+        low = 0
+        for bucket in slo.ttft_buckets:
+            inside = prompts[(prompts > low) & (prompts <= bucket.max_prompt_tokens)]
+            buckets.append(math.ceil(np.percentile(inside, 99)) if len(inside) else None)
+            low = bucket.max_prompt_tokens
+        # A lone request's TPOT is its decode step at mid-life context P + T/2.
+        mid = prompts + sample.output_tokens / 2
+        return cls(
+            prompt_p99=math.ceil(np.percentile(prompts, 99)),
+            bucket_prompt_p99=tuple(buckets),
+            mid_context_p99=math.ceil(np.percentile(mid, 99)),
+        )
+
+
+def _infeasible(
+    offer: GpuOffer,
+    deployment: Deployment,
+    reason: str,
+    *,
+    replication: float,
+    scheduler: SchedulerConfig | None = None,
+) -> CandidatePlan:
+    return CandidatePlan(
+        gpu_id=offer.id,
+        tp=deployment.tp,
+        weight_dtype=deployment.weight_dtype,
+        kv_dtype=deployment.kv_dtype,
+        max_num_seqs=scheduler.max_num_seqs if scheduler else None,
+        chunk_tokens=scheduler.max_num_batched_tokens if scheduler else None,
+        status=CandidateStatus.INFEASIBLE,
+        price_per_gpu_hour_usd=offer.price_per_gpu_hour_usd,
+        reasons=(reason,),
+        kv_head_replication=replication,
+    )
+
+
+def _schedulers(options: PlanOptions) -> list[SchedulerConfig]:
+    seen: dict[tuple[int, int], SchedulerConfig] = {}
+    for seqs in options.max_num_seqs_candidates:
+        for chunk in options.chunk_tokens_candidates:
+            # A chunked step holds every running decode: max_num_seqs <= the chunk (vLLM).
+            key = (min(seqs, chunk), chunk)
+            seen.setdefault(key, SchedulerConfig(max_num_seqs=key[0], max_num_batched_tokens=chunk))
+    return list(seen.values())
+
+
+def _slo_miss_alone(timer: StepTimer, chunk: int, slo: Slo, lengths: _Lengths) -> str | None:
+    """Why a lone request already misses an SLO (then no load meets it), or None."""
+    ttft_ms = lone_prefill_seconds(timer, lengths.prompt_p99, chunk) * MS_PER_S
+    if ttft_ms > slo.ttft_p99_ms:
+        return (
+            f"SLA unreachable even at low load: a lone {lengths.prompt_p99}-token prompt (the "
+            f"p99) takes {ttft_ms:.0f} ms to prefill in {chunk}-token chunks, over the TTFT p99 "
+            f"SLO of {slo.ttft_p99_ms:g} ms"
+        )
+    for bucket, prompt in zip(slo.ttft_buckets, lengths.bucket_prompt_p99, strict=True):
+        if prompt is None:
+            continue
+        ttft_ms = lone_prefill_seconds(timer, prompt, chunk) * MS_PER_S
+        if ttft_ms > bucket.ttft_p99_ms:
+            return (
+                f"SLA unreachable even at low load: a lone {prompt}-token prompt (the p99 of "
+                f"prompts up to {bucket.max_prompt_tokens} tokens) takes {ttft_ms:.0f} ms to "
+                f"prefill, over that bucket's TTFT p99 SLO of {bucket.ttft_p99_ms:g} ms"
+            )
+    tpot_ms = lone_decode_seconds(timer, lengths.mid_context_p99) * MS_PER_S
+    if tpot_ms > slo.tpot_p99_ms:
+        return (
+            f"SLA unreachable even at low load: one sequence alone decodes at {tpot_ms:.1f} ms "
+            f"per token at {lengths.mid_context_p99} tokens of context, over the TPOT p99 SLO "
+            f"of {slo.tpot_p99_ms:g} ms"
+        )
+    return None
+
+
+def _timer(
+    model: ModelSpec, offer: GpuOffer, deployment: Deployment, options: PlanOptions
+) -> StepTimer | str:
+    """The deployment's step timer, or why the deployment is impossible whatever the scheduler."""
+    if deployment.tp > options.gpus_per_node:
+        return f"tp {deployment.tp} exceeds the {options.gpus_per_node} GPUs of a node"
+    try:
+        validate_tp(model, deployment.tp)  # whatever the timer checks
+        return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
+    except SpecError as error:
+        return error.message
+
+
+def _kv_capacity(
+    model: ModelSpec,
+    offer: GpuOffer,
+    deployment: Deployment,
+    scheduler: SchedulerConfig,
+    options: PlanOptions,
+    *,
+    footprint_tokens: NDArray[np.int64],
+) -> tuple[int, str | None]:
+    """The replica's KV cache in whole blocks, and why it does not fit the requests, if not."""
+    memory = memory_plan(
+        model,
+        offer.gpu,
+        deployment,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        max_num_batched_tokens=scheduler.max_num_batched_tokens,
+        max_num_seqs=scheduler.max_num_seqs,
+    )
+    block = options.block_tokens
+    tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
+    tokens = tokens // block * block
+    if tokens < block:
+        return tokens, (
+            f"does not fit: {memory.weights_bytes / GB:.1f} GB of weights and "
+            f"{memory.activation_reserve_bytes / GB:.1f} GB of activations per GPU leave no KV "
+            f"cache in {memory.usable_bytes / GB:.1f} GB usable"
+        )
+    # The simulator rejects a request whose last decode step needs more blocks than there are.
+    too_long = np.count_nonzero(-(-footprint_tokens // block) * block > tokens)
+    share = too_long / len(footprint_tokens)
+    if share > MAX_REJECTED_FRACTION:
+        return tokens, (
+            f"does not fit: the KV cache holds {tokens} tokens per replica and {share:.1%} of "
+            "the requests need more"
+        )
+    return tokens, None
+
+
+def screen(
+    model: ModelSpec,
+    offers: Sequence[GpuOffer],
+    sample: ProbeSample,
+    slo: Slo,
+    options: PlanOptions,
+    *,
+    demand: float,
+) -> tuple[list[Candidate], list[CandidatePlan]]:
+    """Closed-form checks of every candidate: the live ones and the infeasible ones."""
+    stats = LoadStats.of(sample)
+    lengths = _Lengths.of(sample, slo)
+    footprint = sample.prompt_tokens + sample.output_tokens - 1  # KV of the last decode step
+    live: list[Candidate] = []
+    infeasible: list[CandidatePlan] = []
+    schedulers = _schedulers(options)
+    deployments = [
+        (offer, Deployment(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype))
+        for offer in offers
+        for tp in options.tp_candidates
+        for weight_dtype, kv_dtype in options.dtype_pairs
+    ]
+    for offer, deployment in deployments:
+        replication = max(1.0, deployment.tp / model.num_kv_heads)
+        timer = _timer(model, offer, deployment, options)
+        if isinstance(timer, str):
+            infeasible.append(_infeasible(offer, deployment, timer, replication=replication))
+            continue
+        reasons = []
+        if replication > 1:
+            reasons.append(
+                f"KV heads replicated: tp {deployment.tp} exceeds the model's "
+                f"{model.num_kv_heads} KV heads, so each is held {replication:g} times"
+            )
+        for scheduler in schedulers:
+            chunk = scheduler.max_num_batched_tokens
+            kv_tokens, why = _kv_capacity(
+                model, offer, deployment, scheduler, options, footprint_tokens=footprint
+            )
+            why = why or _slo_miss_alone(timer, chunk, slo, lengths)
+            if why is not None:
+                infeasible.append(
+                    _infeasible(
+                        offer, deployment, why, replication=replication, scheduler=scheduler
+                    )
+                )
+                continue
+            capacity = capacity_bound(
+                timer,
+                stats,
+                chunk_tokens=chunk,
+                max_num_seqs=scheduler.max_num_seqs,
+                kv_capacity_tokens=kv_tokens,
+            )
+            k_min = max(1, math.ceil(demand / capacity))
+            live.append(
+                Candidate(
+                    order=len(live),
+                    offer=offer,
+                    deployment=deployment,
+                    scheduler=scheduler,
+                    timer=timer,
+                    kv_capacity_tokens=kv_tokens,
+                    replication=replication,
+                    reasons=list(reasons),
+                    capacity_rps=capacity,
+                    k_min=k_min,
+                    cost_bound=k_min * deployment.tp * offer.price_per_gpu_hour_usd,
+                )
+            )
+    return live, infeasible

@@ -1,0 +1,186 @@
+"""`POST /v1/simulations` over HTTP: open, deterministic, numbers that follow from the step model.
+
+Expected numbers come from the engine's `StepCostModel` built in the test from the bundled
+catalog entries (the calibrated H100 and Llama-3-8B), not from the simulator: a request alone on
+the replica has TTFT = one prefill step and TPOT = the mean of its decode steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.engine.memory import memory_plan
+from app.engine.specs import Deployment
+from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.services.catalog_loader import bundled_gpus, bundled_models
+from app.services.specs import gpu_spec_from_fields, model_spec_from_fields
+
+CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}
+CONSTANT_256 = {"p50": 256, "p90": 256, "p99": 256}
+BODY: dict[str, Any] = {
+    "model": "llama-3-8b",
+    "gpu": "h100-sxm5-80gb",
+    "workload": {
+        "requests_per_s": 4.0,
+        "num_requests": 500,
+        "prompt_tokens": CONSTANT_2K,
+        "output_tokens": CONSTANT_256,
+    },
+}
+
+
+def body(**changes: Any) -> dict[str, Any]:
+    return copy.deepcopy(BODY) | changes
+
+
+def catalog_cost() -> StepCostModel:
+    gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == "h100-sxm5-80gb"))
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "llama-3-8b"))
+    return StepCostModel(model, gpu, Deployment(), gpu.efficiency)
+
+
+def test_lone_requests_take_one_prefill_step_and_their_decode_steps(client: TestClient) -> None:
+    # Five requests 100 s apart: each is served alone. 1,000 prompt tokens fit one 2,048-token
+    # step; the 49 decode steps after the first token attend over 1,001 ... 1,049 tokens.
+    rows = [[100.0 * i, 1000, 50] for i in range(5)]
+    response = client.post("/v1/simulations", json=body(workload=None, trace=rows))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    contract = {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "throughput_tokens_per_s"}
+    assert contract | {"goodput_requests_per_s", "saturated"} <= set(answer)
+    for latency in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert {"p50", "p90", "p99"} <= set(answer[latency])
+    cost = catalog_cost()
+    ttft_ms = cost.seconds(prefill_load(1000)) * 1e3
+    tpot_ms = sum(cost.seconds(decode_load(1, c)) for c in range(1001, 1050)) / 49 * 1e3
+    for key in ("p50", "p90", "p99", "max"):
+        assert answer["ttft_ms"][key] == pytest.approx(ttft_ms, rel=1e-9)
+        # Decode steps between memoised points are interpolated: exact for a batch-1 decode,
+        # which is memory-bound and so affine in the context (to float rounding).
+        assert answer["tpot_ms"][key] == pytest.approx(tpot_ms, rel=1e-9)
+    assert answer["e2e_ms"]["p50"] == pytest.approx(ttft_ms + 49 * tpot_ms, rel=1e-9)
+    assert answer["completed_requests"] == 5 and answer["num_requests"] == 5
+    assert answer["steps"] == 5 * 50
+    assert answer["saturated"] is False
+    assert answer["max_running_requests"] == 1
+    e2e_s = (ttft_ms + 49 * tpot_ms) / 1e3
+    assert answer["makespan_s"] == pytest.approx(400 + e2e_s, rel=1e-9)
+    assert answer["throughput_tokens_per_s"] == pytest.approx(250 / (400 + e2e_s), rel=1e-9)
+    assert answer["target"]["gpu"] == "h100-sxm5-80gb"
+    assert answer["target"]["catalog_versions"] == {"model": 1, "gpu": 1}
+
+
+def test_kv_cache_follows_the_memory_plan_at_the_scheduler_settings(client: TestClient) -> None:
+    scheduler = {"max_num_seqs": 128, "max_num_batched_tokens": 4096}
+    response = client.post("/v1/simulations", json=body(scheduler=scheduler))
+    assert response.status_code == 200, response.text
+    cost = catalog_cost()
+    plan = memory_plan(
+        cost.model, cost.gpu, Deployment(), max_num_batched_tokens=4096, max_num_seqs=128
+    )
+    expected = math.floor(plan.kv_pool_bytes / plan.kv_bytes_per_token) // 16 * 16
+    answer = response.json()
+    assert answer["kv_capacity_tokens"] == expected
+    assert answer["scheduler"]["max_num_seqs"] == 128
+    assert answer["max_running_requests"] <= 128
+    override = client.post("/v1/simulations", json=body(kv_capacity_tokens=50_000)).json()
+    assert override["kv_capacity_tokens"] == 50_000
+
+
+def test_same_seed_same_answer_and_overload_saturates(client: TestClient) -> None:
+    first = client.post("/v1/simulations", json=body(seed=7)).json()
+    again = client.post("/v1/simulations", json=body(seed=7)).json()
+    other = client.post("/v1/simulations", json=body(seed=8)).json()
+    assert first == again
+    assert first["ttft_ms"] != other["ttft_ms"]
+    assert first["saturated"] is False
+    # A replica of this H100 completes about 20 such requests per second (the planner's bound);
+    # 60 per second overload it, and the backlog grows at roughly the difference.
+    overload = body()
+    overload["workload"]["requests_per_s"] = 60.0
+    overload["workload"]["num_requests"] = 3000
+    loaded = client.post("/v1/simulations", json=overload).json()
+    assert loaded["saturated"] is True
+    assert loaded["requests_per_s"] < 30
+    assert loaded["backlog_growth_requests_per_s"] > 25
+
+
+def test_goodput_counts_requests_within_the_slos(client: TestClient) -> None:
+    rows = [[100.0 * i, 1000, 50] for i in range(5)]
+    cost = catalog_cost()
+    ttft_ms = cost.seconds(prefill_load(1000)) * 1e3
+    within = client.post(
+        "/v1/simulations",
+        json=body(workload=None, trace=rows, slo={"ttft_ms": ttft_ms * 1.01}),
+    ).json()
+    assert within["goodput_requests_per_s"] == pytest.approx(within["requests_per_s"], rel=1e-12)
+    late = client.post(
+        "/v1/simulations",
+        json=body(workload=None, trace=rows, slo={"ttft_ms": ttft_ms * 0.99}),
+    ).json()
+    assert late["goodput_requests_per_s"] == 0.0
+
+
+def test_a_histogram_workload_and_an_unsorted_trace(client: TestClient) -> None:
+    histogram = {"edges_tokens": [100, 200, 400], "weights": [3, 1]}
+    workload = dict(BODY["workload"], prompt_tokens=histogram)
+    response = client.post("/v1/simulations", json=body(workload=workload))
+    assert response.status_code == 200, response.text
+    # Rows in any order are served in arrival order: the same answer as sorted rows.
+    rows = [[2.0, 500, 10], [0.0, 700, 20], [1.0, 300, 5]]
+    shuffled = client.post("/v1/simulations", json=body(workload=None, trace=rows)).json()
+    ordered = client.post("/v1/simulations", json=body(workload=None, trace=sorted(rows))).json()
+    assert shuffled == ordered
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"workload": dict(BODY["workload"], requests_per_s=-1)}, "workload.requests_per_s"),
+        (
+            {
+                "workload": dict(
+                    BODY["workload"], prompt_tokens={"p50": 500, "p90": 400, "p99": 900}
+                )
+            },
+            "workload.prompt_tokens.p90",
+        ),
+        (
+            {"workload": dict(BODY["workload"], prompt_tokens={"p50": 500, "p90": 600})},
+            "workload.prompt_tokens",
+        ),
+        (
+            {
+                "workload": dict(
+                    BODY["workload"], prompt_tokens={"p50": 9e5, "p90": 9e5, "p99": 9e5}
+                )
+            },
+            "workload.prompt_tokens.p99",
+        ),
+        ({"workload": dict(BODY["workload"], num_requests=200_001)}, "workload.num_requests"),
+        ({"workload": None, "trace": [[-1.0, 100, 10]]}, "trace.0.0"),
+        ({"workload": None, "trace": [[0.0, 0, 10]]}, "trace.0.1"),
+        ({"trace": [[0.0, 100, 10]]}, "body"),
+        ({"workload": None}, "body"),
+        (
+            {"scheduler": {"max_num_seqs": 512, "max_num_batched_tokens": 256}},
+            "scheduler.max_num_batched_tokens",
+        ),
+        ({"gpu": "no-such-gpu"}, "gpu"),
+        ({"tp": 3}, "tp"),
+        ({"seed": -1}, "seed"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_bad_input_is_a_422_naming_the_field(
+    client: TestClient, changes: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/simulations", json=body(**changes))
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert field in [error["field"] for error in response.json()["errors"]]
