@@ -169,6 +169,9 @@ def _compute(
 ) -> tuple[CapacityPlan, dict[str, Any], str]:
     model, model_id, model_version = _model(cache, query.model)
     offers, gpu_versions = _offers(session, cache, query)
+    # Planning takes seconds of CPU: end the read-only transaction now rather than hold a
+    # database connection idle in it (nothing is written before the plan is stored).
+    session.rollback()
     try:
         slo = Slo(
             ttft_p99_ms=query.ttft_p99_ms,

@@ -156,3 +156,14 @@ def test_reads_are_open_writes_need_key(client: TestClient) -> None:
         ).status_code
         == 201
     )
+
+
+def test_if_none_match_gets_304_while_current(client: TestClient) -> None:
+    first = client.get("/v1/gpus/l4-24gb")
+    etag = first.headers["etag"]
+    cached = client.get("/v1/gpus/l4-24gb", headers={"If-None-Match": etag})
+    assert cached.status_code == 304 and cached.content == b""
+    assert cached.headers["etag"] == etag
+    client.patch("/v1/gpus/l4-24gb", json={"tdp_watts": 71}, headers=AUTH)
+    changed = client.get("/v1/gpus/l4-24gb", headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.json()["tdp_watts"] == 71

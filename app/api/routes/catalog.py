@@ -10,11 +10,18 @@ of the nested route functions as objects, not as strings it cannot resolve.
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Response, status
+from fastapi import APIRouter, Body, Header, Path, Request, Response, status
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from app.api.deps import ApiKeyDep, IfMatchDep, SessionDep, etag_for
+from app.api.deps import (
+    ApiKeyDep,
+    IfMatchDep,
+    SessionDep,
+    etag_for,
+    not_modified,
+    read_in_session,
+)
 from app.api.problems import ApiProblem
 from app.api.schemas.common import problem_responses
 from app.catalog.orm import CatalogEntry
@@ -51,7 +58,7 @@ def add_item_routes(
         # What a client may write, as the database stores it: JSON types, absent for null.
         return fields_schema.model_validate(document).model_dump(mode="json", exclude_none=True)
 
-    def read(row: CatalogEntry) -> Any:
+    def read(row: CatalogEntry) -> BaseModel:
         return read_schema.model_validate(row)
 
     @router.get(
@@ -61,12 +68,22 @@ def add_item_routes(
         responses=problem_responses(404),
         name=f"get_{noun}",
     )
-    def get_entry(
-        entry_id: Annotated[str, _ID_PATH], session: SessionDep, response: Response
-    ) -> Any:
-        row = entries(session).get(entry_id)
-        respond_with(response, row)
-        return read(row)
+    async def get_entry(
+        entry_id: Annotated[str, _ID_PATH],
+        request: Request,
+        if_none_match: Annotated[
+            str | None, Header(description="An ETag you hold: 304 while it is current.")
+        ] = None,
+    ) -> Response:
+        def fetch(session: Session) -> tuple[int, bytes]:
+            row = entries(session).get(entry_id)
+            return row.version, read(row).model_dump_json().encode()
+
+        version, payload = await read_in_session(request, fetch)
+        etag = etag_for(version)
+        if not_modified(if_none_match, etag):
+            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+        return Response(payload, media_type="application/json", headers={"ETag": etag})
 
     @router.post(
         collection_path,

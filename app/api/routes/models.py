@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import APIRouter, Body, Query, Request, Response, status
+from sqlalchemy.orm import Session
 
-from app.api.deps import ApiKeyDep, SessionDep
+from app.api.deps import ApiKeyDep, SessionDep, read_in_session
 from app.api.routes.catalog import add_item_routes, respond_with
 from app.api.schemas.common import ENTRY_ID, Page, problem_responses
 from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
@@ -17,8 +18,8 @@ router = APIRouter(prefix="/v1", tags=["models"])
 
 
 @router.get("/models", response_model=Page[ModelRead], summary="List models")
-def list_models_route(
-    session: SessionDep,
+async def list_models_route(
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
     offset: Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")] = 0,
     family: Annotated[str | None, Query(max_length=32, examples=["llama"])] = None,
@@ -28,21 +29,28 @@ def list_models_route(
     max_params: Annotated[
         int | None, Query(ge=0, description="Only models with at most this many parameters.")
     ] = None,
-) -> Page[ModelRead]:
-    page = list_models(
-        session,
-        family=family,
-        min_params=min_params,
-        max_params=max_params,
-        limit=limit,
-        offset=offset,
-    )
-    return Page[ModelRead](
-        items=[ModelRead.model_validate(row) for row in page.items],
-        total=page.total,
-        limit=page.limit,
-        offset=page.offset,
-    )
+) -> Response:
+    def fetch(session: Session) -> bytes:
+        page = list_models(
+            session,
+            family=family,
+            min_params=min_params,
+            max_params=max_params,
+            limit=limit,
+            offset=offset,
+        )
+        return (
+            Page[ModelRead](
+                items=[ModelRead.model_validate(row) for row in page.items],
+                total=page.total,
+                limit=page.limit,
+                offset=page.offset,
+            )
+            .model_dump_json()
+            .encode()
+        )
+
+    return Response(await read_in_session(request, fetch), media_type="application/json")
 
 
 @router.post(
