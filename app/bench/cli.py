@@ -5,8 +5,9 @@
         --out run.json [--upload https://ridgeline.example --api-key KEY]
 
 Exit status: 0 done (and uploaded, if asked); 1 the upload failed (the file is kept) or the run
-broke; 2 bad arguments, an unknown or unsupported model, or no PyTorch; 130 interrupted with
-Ctrl-C (the points measured so far are written, the rest marked "interrupted").
+broke (the points measured before it are written); 2 bad arguments, an unknown or unsupported
+model, or no PyTorch; 130 interrupted with Ctrl-C or SIGTERM (`timeout` sends it at a
+deadline): the points measured so far are written, the rest marked "interrupted".
 
 PyTorch is imported only once the arguments are read and a model resolved.
 """
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -43,7 +47,14 @@ from app.bench.schema import DeviceKind, RunDocument, RunModelSpec
 from app.bench.upload import UploadError, upload_run
 from app.engine.dtypes import DType
 
-__all__ = ["BenchOptions", "main", "parse_options", "run", "write_document"]
+__all__ = [
+    "BenchOptions",
+    "interrupt_on_termination",
+    "main",
+    "parse_options",
+    "run",
+    "write_document",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -76,6 +87,7 @@ class BenchOptions:
     gpu: str | None
     seed: int
     threads: int | None
+    cuda_graphs: bool = True
 
 
 def _positive_int(text: str) -> int:
@@ -142,9 +154,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--kv-lens", type=_int_list, default=(512, 4096), help="decode context lengths"
     )
-    parser.add_argument("--repeats", type=_positive_int, default=5, help="timed runs per point")
+    parser.add_argument("--repeats", type=_positive_int, default=10, help="timed runs per point")
     parser.add_argument(
-        "--warmup", type=_non_negative_int, default=2, help="untimed runs before them"
+        "--warmup",
+        type=_non_negative_int,
+        default=2,
+        help="untimed runs before them (at least 1 runs regardless: a first use is never timed)",
+    )
+    parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on CUDA, time replays of each point captured as a CUDA graph, as serving engines "
+        "run decode (default); --no-cuda-graphs times eager PyTorch, launch overhead included",
     )
     parser.add_argument("--out", type=Path, help="where to write the run document (JSON)")
     parser.add_argument("--upload", dest="upload_url", help="post the run to this service")
@@ -186,6 +208,7 @@ def parse_options(argv: Sequence[str] | None = None) -> BenchOptions:
         gpu=args.gpu,
         seed=args.seed,
         threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
     )
 
 
@@ -277,6 +300,7 @@ def run(
             seed=options.seed,
             matmul_size=DEFAULT_MATMUL_SIZE[device],
             copy_bytes=DEFAULT_COPY_BYTES[device],
+            cuda_graphs=options.cuda_graphs,
         )
         if device is DeviceKind.CUDA and not torch_side.cuda_available():
             raise ValueError("device: --device cuda, but PyTorch sees no CUDA device")
@@ -305,6 +329,12 @@ def run(
     if outcome.interrupted:
         _say("interrupted: the points not measured are marked so; nothing uploaded")
         return EXIT_INTERRUPTED
+    if outcome.failure is not None:
+        _say(
+            f"ridgeline-bench: the run broke at {outcome.failure}; the points measured before "
+            f"are kept in {out}, the rest marked not measured; nothing uploaded"
+        )
+        return EXIT_FAILED
     if options.upload_url is not None and options.api_key is not None:
         try:
             run_id = upload_run(
@@ -317,6 +347,34 @@ def run(
     return EXIT_OK
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+@contextmanager
+def interrupt_on_termination() -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT raise `KeyboardInterrupt`, so a deadline (`timeout`
+    sends SIGTERM) ends the run the way Ctrl-C does: the points measured so far are written.
+    SIGINT too, since a shell that starts a job in the background makes it ignore SIGINT."""
+    if not hasattr(signal, "SIGTERM"):  # pragma: no cover - every POSIX system has it
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for sig in previous:
+            signal.signal(sig, _interrupt)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ridgeline-bench` and `python -m app.bench`; returns the exit status."""
-    return run(parse_options(argv))
+    options = parse_options(argv)
+    with interrupt_on_termination():
+        return run(options)

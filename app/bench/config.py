@@ -17,6 +17,7 @@ __all__ = [
     "BENCH_DTYPES",
     "DEFAULT_COPY_BYTES",
     "DEFAULT_MATMUL_SIZE",
+    "MIN_POINT_WARMUP",
     "BenchConfig",
     "PointPlan",
     "plan_points",
@@ -29,6 +30,7 @@ BENCH_DTYPES: tuple[DType, ...] = (DType.BF16, DType.FP16, DType.FP32)
 # 1 GiB copy is ~17x an H200's 60 MB L2. On a CPU the same would take minutes, so smaller.
 DEFAULT_MATMUL_SIZE: dict[DeviceKind, int] = {DeviceKind.CUDA: 8192, DeviceKind.CPU: 1024}
 DEFAULT_COPY_BYTES: dict[DeviceKind, int] = {DeviceKind.CUDA: 1024 * MIB, DeviceKind.CPU: 64 * MIB}
+MIN_POINT_WARMUP = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,9 @@ class BenchConfig:
     seed: int = 0
     matmul_size: int = 1024
     copy_bytes: int = 64 * MIB
+    cuda_graphs: bool = True
+    """On CUDA, capture each point once as a CUDA graph and time its replays (as serving engines
+    run decode steps), so the host's kernel-launch overhead is not timed; False: run eagerly."""
 
     def __post_init__(self) -> None:
         if self.dtype not in BENCH_DTYPES:
@@ -91,6 +96,13 @@ class BenchConfig:
             raise ValueError(f"warmup: must not be negative, got {self.warmup}")
         if self.matmul_size < 1 or self.copy_bytes < 1:
             raise ValueError("matmul_size, copy_bytes: must be positive")
+
+    @property
+    def point_warmup(self) -> int:
+        """Untimed runs before each point's timed ones: `warmup`, and never fewer than one, so
+        that no timed run pays a first use (kernel selection and loading, cuBLAS workspaces,
+        the allocator's growth, a CUDA graph's upload)."""
+        return max(self.warmup, MIN_POINT_WARMUP)
 
     @property
     def max_tokens(self) -> int:

@@ -4,15 +4,22 @@ Torch-free: the runner only sees the `Workload` protocol, so it is tested with t
 workload and with fakes alike. It survives what a long GPU run meets:
 
 - an out-of-memory point (`torch.cuda.OutOfMemoryError`, or a `RuntimeError`/`MemoryError`
-  saying out of memory) is recorded as skipped with the reason; memory is released and the run
-  goes on (weights that do not fit skip every point, with the reason);
+  saying out of memory, or the workload's prediction that it cannot fit, raised before it
+  allocates: `app.bench.memory.PredictedOutOfMemory`) is recorded as skipped with the reason;
+  memory is released and the run goes on (weights that do not fit skip every point, with the
+  reason);
 - Ctrl-C (`KeyboardInterrupt`) ends the run: the points measured so far are kept, the rest are
-  recorded as skipped with reason "interrupted", and the outcome says so.
+  recorded as skipped with reason "interrupted", and the outcome says so;
+- any other error once the microbenchmarks are measured ends the run too, loudly (traceback on
+  stderr, `BenchOutcome.failure`), but keeps what was measured: the point that broke and the
+  rest are recorded as skipped with reason "not measured: the run broke at ...". A GPU lease
+  is short; one broken point must not cost the points measured before it.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -21,6 +28,7 @@ from typing import Protocol
 from tqdm import tqdm
 
 from app.bench.config import BenchConfig, PointPlan, plan_points
+from app.bench.memory import interrupted_during, is_out_of_memory, out_of_memory_error
 from app.bench.schema import (
     INTERRUPTED_REASON,
     SCHEMA_VERSION,
@@ -37,7 +45,6 @@ from app.bench.timing import TimingStats
 
 __all__ = ["BenchOutcome", "Workload", "is_out_of_memory", "run_benchmark"]
 
-_OOM_MARKERS = ("out of memory", "can't allocate memory")  # CUDA/HIP; PyTorch's CPU allocator
 _REASON_CHARS = 300
 
 
@@ -61,26 +68,31 @@ class Workload(Protocol):
         """Give cached memory back to the device; called after every point."""
         ...
 
+    def notes(self) -> tuple[str, ...]:
+        """How the measurement went and departs from the plan, for the provenance (how points
+        were timed, a point that had to be timed another way); called once, at the end."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class BenchOutcome:
     document: RunDocument
     interrupted: bool
+    failure: str | None = None
+    """Where and how the run broke (`prefill n=512 B=1: RuntimeError: ...`); None when it did
+    not."""
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """True for the allocation failures the job skips a point for (PyTorch's CUDA OOM is a
-    `RuntimeError` whose message starts "CUDA out of memory")."""
-    if isinstance(error, MemoryError):
-        return True
-    if isinstance(error, RuntimeError):
-        message = str(error).lower()
-        return any(marker in message for marker in _OOM_MARKERS)
-    return False
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > _REASON_CHARS:
+        first = first[: _REASON_CHARS - 1] + "…"
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def _reason(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
+    lines = str(out_of_memory_error(error) or error).strip().splitlines()
     first = lines[0] if lines else type(error).__name__
     if len(first) > _REASON_CHARS:
         first = first[: _REASON_CHARS - 1] + "…"
@@ -107,6 +119,8 @@ def _measure_point(workload: Workload, plan: PointPlan) -> RunPoint:
     try:
         stats = workload.measure(plan)
     except (RuntimeError, MemoryError) as error:
+        if interrupted_during(error):
+            raise KeyboardInterrupt from error
         if not is_out_of_memory(error):
             raise
         skip_reason = _reason(error)
@@ -140,7 +154,7 @@ def _provenance(config: BenchConfig, notes: tuple[str, ...]) -> Provenance:
     note = "; ".join(
         (
             f"random weights and inputs (seed {config.seed})",
-            f"{config.warmup} warm-up and {config.repeats} timed runs per point",
+            f"{config.point_warmup} warm-up and {config.repeats} timed runs per point",
             "prefill runs the LM head on the last position only and writes no KV cache",
             *notes,
         )
@@ -172,6 +186,8 @@ def run_benchmark(
     points: list[RunPoint] = []
     microbenchmarks: Microbenchmarks | None = None
     interrupted = False
+    failure: str | None = None
+    stage = "microbenchmarks"
     bar = tqdm(
         total=len(plans),
         file=sys.stderr,
@@ -179,12 +195,14 @@ def run_benchmark(
         disable=None if progress is None else not progress,
     )
     try:
-        bar.set_description("microbenchmarks")
+        bar.set_description(stage)
         microbenchmarks = workload.microbenchmarks()
-        bar.set_description("building model")
+        stage = "building the model"
+        bar.set_description(stage)
         build_failure = _prepare(workload)
         for plan in plans:
-            bar.set_description(plan.label)
+            stage = plan.label
+            bar.set_description(stage)
             if build_failure is None:
                 points.append(_measure_point(workload, plan))
             else:
@@ -192,9 +210,16 @@ def run_benchmark(
             bar.update()
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as error:
+        if microbenchmarks is None:
+            raise  # nothing measured yet: nothing to keep
+        traceback.print_exc(file=sys.stderr)
+        failure = f"{stage}: {_first_line(error)}"
     finally:
         bar.close()
-    points += [_point(plan, None, INTERRUPTED_REASON) for plan in plans[len(points) :]]
+    rest = INTERRUPTED_REASON if failure is None else f"not measured: the run broke at {failure}"
+    points += [_point(plan, None, rest) for plan in plans[len(points) :]]
+    notes = (*notes, *workload.notes())
     document = RunDocument(
         schema_version=SCHEMA_VERSION,
         id=None,
@@ -209,4 +234,4 @@ def run_benchmark(
         points=points,
         microbenchmarks=microbenchmarks,
     )
-    return BenchOutcome(document=document, interrupted=interrupted)
+    return BenchOutcome(document=document, interrupted=interrupted, failure=failure)

@@ -10,7 +10,18 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.bench.__main__ import main  # noqa: E402 - after the importorskip
-from app.bench.schema import AttentionBackend, DeviceKind, Phase, RunDocument  # noqa: E402
+from app.bench.attention import choose_kernel  # noqa: E402
+from app.bench.device import capture_cuda_graph  # noqa: E402
+from app.bench.model import Decoder  # noqa: E402
+from app.bench.schema import (  # noqa: E402
+    AttentionBackend,
+    DeviceKind,
+    Phase,
+    RunDocument,
+    RunModelSpec,
+)
+
+from .conftest import TINY_ENTRY  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,3 +52,31 @@ def test_job_runs_on_cuda_in_bf16(tiny_config_path: Path, tmp_path: Path) -> Non
     assert micro is not None
     assert micro.matmul_shape == (8192, 8192, 8192)
     assert micro.matmul_flops_per_s > 1e13  # any tensor-core GPU does 10 TFLOP/s in bf16
+    note = document.provenance.note or ""
+    assert "replays of a CUDA graph" in note
+    assert "capture failed" not in note
+
+
+def test_cuda_graph_replay_computes_what_eager_pytorch_does() -> None:
+    spec = RunModelSpec.model_validate(TINY_ENTRY)
+    device = torch.device("cuda")
+    kernel = choose_kernel(device, torch.bfloat16, 4, 2, 64)
+    with torch.inference_mode():
+        decoder = Decoder(
+            spec,
+            device=device,
+            dtype=torch.bfloat16,
+            kernel=kernel,
+            max_positions=256,
+            generator=torch.Generator(device=device).manual_seed(0),
+        )
+        cache = decoder.new_kv_cache(4, 256)
+        tokens = decoder.random_tokens(4, 1)
+        eager = decoder.decode_step(tokens, cache).float()
+        logits = torch.empty_like(eager)
+        replay = capture_cuda_graph(lambda: logits.copy_(decoder.decode_step(tokens, cache)))
+        logits.zero_()
+        replay()
+        torch.cuda.synchronize()
+    # The same kernels on the same data; cuBLAS may pick another algorithm inside the capture.
+    torch.testing.assert_close(logits, eager, rtol=2e-2, atol=2e-2)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,8 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.bench.__main__ import main  # noqa: E402 - after the importorskip
-from app.bench.cli import parse_options, run  # noqa: E402
+from app.bench.cli import interrupt_on_termination, parse_options, run  # noqa: E402
 from app.bench.config import BenchConfig, PointPlan  # noqa: E402
+from app.bench.memory import PredictedOutOfMemory  # noqa: E402
+from app.bench.model import Decoder  # noqa: E402
 from app.bench.schema import (  # noqa: E402
     INTERRUPTED_REASON,
     AttentionBackend,
@@ -22,6 +27,7 @@ from app.bench.schema import (  # noqa: E402
     Microbenchmarks,
     Phase,
     RunDocument,
+    RunModelSpec,
 )
 from app.bench.timing import TimingStats  # noqa: E402
 from app.bench.workload import TorchWorkload  # noqa: E402
@@ -164,12 +170,25 @@ def test_out_of_memory_point_is_skipped_and_the_run_goes_on(
 
 
 def test_other_errors_are_not_taken_for_out_of_memory(
-    tiny_config_path: Path, tmp_path: Path
+    tiny_config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A broken point fails the run (exit 1, traceback and message on stderr, nothing uploaded)
+    # but keeps the points measured before it: GPU time is too scarce to throw them away.
     error = RuntimeError("mat1 and mat2 shapes cannot be multiplied (16x256 and 512x256)")
-    options = parse_options(_argv(tiny_config_path, tmp_path / "run.json", *_SMALL_RUN))
-    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-        run(options, workload_factory=lambda config: _FailingAt(config, error, 32))
+    out = tmp_path / "run.json"
+    options = parse_options(_argv(tiny_config_path, out, *_SMALL_RUN))
+    assert run(options, workload_factory=lambda config: _FailingAt(config, error, 32)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert "the run broke at prefill n=32 B=1: RuntimeError: mat1 and mat2 shapes" in err
+    document = _load(out)
+    assert document.points[0].median_ms is not None
+    for point in document.points[1:]:
+        assert point.skipped is not None
+        assert point.skipped.reason == (
+            "not measured: the run broke at prefill n=32 B=1: RuntimeError: mat1 and mat2 "
+            "shapes cannot be multiplied (16x256 and 512x256)"
+        )
 
 
 def test_weights_that_do_not_fit_skip_every_point(tiny_config_path: Path, tmp_path: Path) -> None:
@@ -397,3 +416,240 @@ def test_cuda_without_a_gpu_is_a_usage_error(
     assert main(["--config", str(tiny_config_path), "--device", "cuda", "--out", str(out)]) == 2
     assert "PyTorch sees no CUDA device" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _tiny_config(**changes: Any) -> BenchConfig:
+    fields: dict[str, Any] = {
+        "model": RunModelSpec.model_validate(TINY_ENTRY),
+        "device": DeviceKind.CPU,
+        "dtype": "fp32",
+        "prompt_lens": (16,),
+        "prefill_batches": (1,),
+        "decode_batches": (2,),
+        "kv_lens": (32,),
+        "repeats": 3,
+        "warmup": 0,
+    } | changes
+    return BenchConfig(**fields)
+
+
+class _FirstUseTimer:
+    """A timer whose every operation costs 1000 ms the first time it runs (kernel selection,
+    workspaces, a graph's upload) and 1 ms after; it logs what ran while it timed."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.timing = False
+        self.log: list[str] = []
+
+    def __call__(self, operation: Callable[[], object], /) -> float:
+        first = id(operation) not in self.seen
+        self.seen.add(id(operation))
+        self.timing = True
+        try:
+            operation()
+        finally:
+            self.timing = False
+        return 1000.0 if first else 1.0
+
+
+def _spy_on_decoder(workload: TorchWorkload, timer: _FirstUseTimer) -> None:
+    """Log each Decoder call, and whether the timer was running when it was made."""
+    decoder = workload._decoder
+    assert decoder is not None
+    for name in ("prefill", "decode_step", "new_kv_cache", "random_tokens"):
+        original = getattr(Decoder, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            timer.log.append(f"{_name}{' (timed)' if timer.timing else ''}")
+            return _original(decoder, *args)
+
+        setattr(decoder, name, spy)
+
+
+def test_no_first_use_and_nothing_but_the_forward_pass_is_timed() -> None:
+    # --warmup 0 asks for no warm-up: one untimed run happens regardless, so the 1000 ms first
+    # use is not in the statistics; inputs and the KV cache are made before any timing.
+    workload = TorchWorkload(_tiny_config(warmup=0, repeats=3))
+    timer = _FirstUseTimer()
+    workload._timer = timer
+    with torch.inference_mode():
+        workload.prepare()
+    _spy_on_decoder(workload, timer)
+    prefill = workload.measure(PointPlan(Phase.PREFILL, batch_size=1, prompt_tokens=16))
+    decode = workload.measure(PointPlan(Phase.DECODE, batch_size=2, context_tokens=32))
+    for stats in (prefill, decode):
+        assert (stats.median_ms, stats.p10_ms, stats.p90_ms, stats.repeats) == (1.0, 1.0, 1.0, 3)
+    assert timer.log == [
+        "random_tokens",
+        *["prefill (timed)"] * 4,  # one warm-up, three timed
+        "new_kv_cache",
+        "random_tokens",
+        *["decode_step (timed)"] * 4,
+    ]
+
+
+def test_cuda_graph_replays_are_what_is_timed() -> None:
+    # The capture path with a stand-in for the CUDA graph: one eager run pays the first use,
+    # the capture follows, and only replays go through the timer (one warm-up replay first).
+    workload = TorchWorkload(_tiny_config(warmup=0, repeats=2))
+    timer = _FirstUseTimer()
+    workload._timer = timer
+    events: list[str] = []
+
+    def capture(operation: Callable[[], object]) -> Callable[[], object]:
+        operation()
+        events.append("eager run, then capture")
+
+        def replay() -> None:
+            events.append("replay (timed)" if timer.timing else "replay")
+            operation()
+
+        return replay
+
+    workload._capture = capture
+    with torch.inference_mode():
+        workload.prepare()
+        stats = workload.measure(PointPlan(Phase.DECODE, batch_size=2, context_tokens=32))
+    assert events == ["eager run, then capture", *["replay (timed)"] * 3]
+    assert stats.median_ms == 1.0
+    assert not any("capture failed" in note for note in workload.notes())
+
+
+def test_a_failed_capture_falls_back_to_eager_timing_and_says_so() -> None:
+    workload = TorchWorkload(_tiny_config(warmup=1, repeats=2))
+    workload._timer = _FirstUseTimer()
+
+    def capture(operation: Callable[[], object]) -> Callable[[], object]:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    workload._capture = capture
+    with torch.inference_mode():
+        workload.prepare()
+        stats = workload.measure(PointPlan(Phase.PREFILL, batch_size=1, prompt_tokens=16))
+    assert stats.median_ms == 1.0
+    (note,) = [note for note in workload.notes() if "capture failed" in note]
+    assert "prefill n=16 B=1 (CUDA error: operation not permitted" in note
+
+
+def test_out_of_memory_inside_a_capture_is_not_retried_eagerly() -> None:
+    workload = TorchWorkload(_tiny_config())
+
+    def capture(operation: Callable[[], object]) -> Callable[[], object]:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB")
+
+    workload._capture = capture
+    with torch.inference_mode():
+        workload.prepare()
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            workload.measure(PointPlan(Phase.PREFILL, batch_size=1, prompt_tokens=16))
+
+
+class _SmallDevice(TorchWorkload):
+    """The real workload on a device with `free` bytes free, which logs its KV caches."""
+
+    free: int | None = 8 * 2**20
+    weights_free: int | None = None  # while the weights are allocated
+
+    def __init__(self, config: BenchConfig) -> None:
+        super().__init__(config)
+        self.caches: list[tuple[int, int]] = []
+        self.preparing = False
+
+    def free_memory_bytes(self) -> int | None:
+        return self.weights_free if self.preparing else self.free
+
+    def prepare(self) -> None:
+        self.preparing = True
+        try:
+            super().prepare()
+        finally:
+            self.preparing = False
+        decoder = self._decoder
+        assert decoder is not None
+        original = decoder.new_kv_cache
+
+        def logged(batch: int, context_tokens: int) -> Any:
+            self.caches.append((batch, context_tokens))
+            return original(batch, context_tokens)
+
+        decoder.new_kv_cache = logged  # type: ignore[method-assign]
+
+
+def test_a_kv_cache_that_cannot_fit_is_skipped_before_it_is_allocated(
+    tiny_config_path: Path, tmp_path: Path
+) -> None:
+    # 8 MiB free: decode B=64 over 32 tokens (4 MiB of cache) fits; B=64 over 512 (64 MiB of
+    # fp32 cache: 2 layers x K and V x 64 x 2 heads x 512 x 64 x 4 bytes) does not.
+    out = tmp_path / "run.json"
+    workloads: list[_SmallDevice] = []
+
+    def factory(config: BenchConfig) -> _SmallDevice:
+        workloads.append(_SmallDevice(config))
+        return workloads[-1]
+
+    argv = _argv(tiny_config_path, out, "--prompt-lens", "16", "--decode-batches", "1,64")
+    argv += ["--kv-lens", "32,512", "--repeats", "1", "--warmup", "0"]
+    assert run(parse_options(argv), workload_factory=factory) == 0
+    document = _load(out)
+    skipped = {(p.batch_size, p.context_tokens): p.skipped for p in document.points}
+    assert skipped[(1, 32)] is None and skipped[(1, 512)] is None and skipped[(64, 32)] is None
+    reason = skipped[(64, 512)]
+    assert reason is not None
+    assert reason.reason == (
+        "out of memory: predicted before allocating: the KV cache of 64 x 512 tokens takes "
+        "64.0 MiB, plus at least 0.9 MiB of activations; 8.0 MiB free beside the weights"
+    )
+    # Never allocated, not even tried: a 256 GiB cache would take minutes to fail.
+    assert (64, 512) not in workloads[0].caches
+    assert sorted(workloads[0].caches) == [(1, 32), (1, 512), (64, 32)]
+
+
+def test_weights_that_cannot_fit_are_refused_before_they_are_allocated(
+    tiny_config_path: Path, tmp_path: Path
+) -> None:
+    class _NoRoomForWeights(_SmallDevice):
+        weights_free = 2**20  # the tiny model's fp32 weights take 6.5 MiB
+
+    out = tmp_path / "run.json"
+    options = parse_options(_argv(tiny_config_path, out, *_SMALL_RUN))
+    assert run(options, workload_factory=_NoRoomForWeights) == 0
+    for point in _load(out).points:
+        assert point.skipped is not None
+        assert point.skipped.reason.startswith(
+            "out of memory: predicted before allocating: the weights take 6.5 MiB, 1.0 MiB free"
+        )
+        assert point.skipped.reason.endswith("(while allocating the model's weights)")
+
+
+def test_predicted_out_of_memory_is_a_memory_error() -> None:
+    assert issubclass(PredictedOutOfMemory, MemoryError)
+
+
+def test_sigterm_ends_the_run_like_ctrl_c(tiny_config_path: Path, tmp_path: Path) -> None:
+    # The device script stops the job at its deadline with `timeout` (SIGTERM): the points
+    # measured so far must be written, the rest marked interrupted, as with Ctrl-C.
+    class _TermAtDecode(TorchWorkload):
+        def measure(self, point: PointPlan) -> TimingStats:
+            if point.phase is Phase.DECODE:
+                signal.raise_signal(signal.SIGTERM)
+            return super().measure(point)
+
+    out = tmp_path / "run.json"
+    argv = _argv(tiny_config_path, out, "--prompt-lens", "16", "--decode-batches", "1")
+    argv += ["--kv-lens", "32", "--repeats", "1"]
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupt_on_termination():
+        assert run(parse_options(argv), workload_factory=_TermAtDecode) == 130
+    assert signal.getsignal(signal.SIGTERM) is before
+    document = _load(out)
+    assert document.points[0].median_ms is not None
+    assert document.points[1].skipped is not None
+    assert document.points[1].skipped.reason == INTERRUPTED_REASON
+
+
+def test_timing_flags_and_defaults() -> None:
+    options = parse_options(["--model", "llama-3-8b"])
+    assert options.cuda_graphs is True
+    assert options.repeats == 10
+    assert parse_options(["--model", "llama-3-8b", "--no-cuda-graphs"]).cuda_graphs is False

@@ -16,6 +16,7 @@ from app.bench.attention import (  # noqa: E402 - after the importorskip
     decode_attention,
     prefill_attention,
 )
+from app.bench.memory import parameter_count  # noqa: E402
 from app.bench.model import Decoder  # noqa: E402
 from app.bench.schema import AttentionBackend, RunModelSpec  # noqa: E402
 
@@ -132,6 +133,14 @@ def test_weights_match_a_hand_count() -> None:
     assert _decoder({"attention_bias": True}).num_parameters == 1_692_928 + 2 * 512
     # Plain MLP: up 512 * 256 instead of 2 * 512 * 256, per layer.
     assert _decoder({"ffn_type": "mlp"}).num_parameters == 1_692_928 - 2 * 131_072
+
+
+@pytest.mark.parametrize("overrides", VARIANTS.values(), ids=VARIANTS.keys())
+def test_memory_prediction_counts_the_weights_the_decoder_allocates(
+    overrides: dict[str, Any],
+) -> None:
+    decoder = _decoder(overrides)
+    assert parameter_count(decoder.spec) == decoder.num_parameters
 
 
 def test_weights_are_random_not_zero() -> None:
