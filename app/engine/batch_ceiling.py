@@ -12,16 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.engine.estimates import deployment_warnings, positive, within_context
+from app.engine.estimates import deployment_warnings
 from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
     MemoryPlan,
-    kv_bytes_per_sequence,
+    kv_tokens_per_sequence,
     memory_plan,
 )
+from app.engine.specs import positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load
 from app.engine.timing import Bound
 from app.engine.units import GB, MS_PER_S
@@ -102,7 +103,7 @@ def estimate_batch_ceiling(
     """The batch ceiling: the smaller of what memory holds and where decode turns
     compute-bound (beyond which a larger batch adds latency, not throughput)."""
     positive("context_tokens", context_tokens)
-    within_context(cost, "context_tokens", context_tokens)
+    within_context(cost.model, "context_tokens", context_tokens)
     model, deployment = cost.model, cost.deployment
     plan = memory_plan(
         model,
@@ -112,7 +113,7 @@ def estimate_batch_ceiling(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
     )
-    per_sequence = kv_bytes_per_sequence(model, deployment, context_tokens, block_tokens)
+    per_sequence = kv_tokens_per_sequence(context_tokens, block_tokens) * plan.kv_bytes_per_token
     by_memory = max(0, math.floor(plan.kv_pool_bytes / per_sequence))
     warnings = deployment_warnings(cost)
     if by_memory == 0:

@@ -284,25 +284,21 @@ def fit_efficiency(
     def values_of(x: NDArray[np.float64]) -> dict[FitParameter, float]:
         return fixed | {p: float(v) for p, v in zip(chosen, x, strict=True)}
 
-    def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
-        v = values_of(x)
-        seconds = arrays.seconds(
+    def seconds_of(v: dict[FitParameter, float]) -> NDArray[np.float64]:
+        return arrays.seconds(
             v[FitParameter.GEMM],
             v[FitParameter.ATTENTION],
             v[FitParameter.MEMORY],
             v[FitParameter.OVERHEAD_MS],
         )
-        result: NDArray[np.float64] = np.log(seconds) - log_measured
+
+    def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        result: NDArray[np.float64] = np.log(seconds_of(values_of(x))) - log_measured
         return result
 
     def jacobian(x: NDArray[np.float64]) -> NDArray[np.float64]:
         v = values_of(x)
-        seconds = arrays.seconds(
-            v[FitParameter.GEMM],
-            v[FitParameter.ATTENTION],
-            v[FitParameter.MEMORY],
-            v[FitParameter.OVERHEAD_MS],
-        )
+        seconds = seconds_of(v)
         grads = arrays.gradients(
             v[FitParameter.GEMM], v[FitParameter.ATTENTION], v[FitParameter.MEMORY]
         )

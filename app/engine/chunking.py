@@ -14,9 +14,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.engine.counting import pairs_for_chunk
 from app.engine.estimates import crossover_tokens, prefill_seconds
 from app.engine.specs import SpecError
-from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.step_cost import StepCostModel, decode_load
 from app.engine.step_load import StepLoad
 from app.engine.units import MS_PER_S
 
@@ -79,19 +80,59 @@ def _nice_ceiling(value: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
-def _last_true(limit: int, ok: Callable[[int], bool]) -> int:
-    """Largest n in [1, limit] with ok(n), for ok true up to some n and false after; 0 when
-    ok(1) is false (bisection)."""
-    if ok(limit):
-        return limit
-    low, high = 0, limit
-    while high - low > 1:
-        middle = (low + high) // 2
-        if ok(middle):
-            low = middle
+def _last_within(
+    limit: int, seconds: Callable[[int], float], budget_s: float, guess: int | None = None
+) -> int:
+    """Largest n in [1, limit] with seconds(n) <= budget_s, for `seconds` non-decreasing in n;
+    0 when even seconds(1) exceeds it. `guess` (optional) is a first probe near the answer.
+
+    Regula falsi with the Illinois modification over the integers: every probe is an exact
+    `seconds(n)` and the bracket lo < hi with seconds(lo) <= budget_s < seconds(hi) only
+    shrinks, so the answer is the one bisection gives; the step times are piecewise linear or
+    quadratic in n, so interpolation lands within a token or two in a handful of probes where
+    bisection needs log2(limit). Runs of probes that do not halve the bracket fall back to
+    bisection, which bounds the worst case.
+    """
+    hi = limit if guess is None else max(1, min(limit, guess))
+    hi_s = seconds(hi)
+    if hi_s <= budget_s:
+        if hi == limit:
+            return limit
+        lo, lo_s = hi, hi_s
+        hi, hi_s = limit, seconds(limit)
+        if hi_s <= budget_s:
+            return limit
+    else:
+        if hi == 1:
+            return 0
+        lo, lo_s = 1, seconds(1)
+        if lo_s > budget_s:
+            return 0
+    # Interpolation weights: the distance to the budget, halved at an end kept twice running.
+    below, above = lo_s - budget_s, hi_s - budget_s
+    kept_lo = kept_hi = slow = 0
+    while hi - lo > 1:
+        width = hi - lo
+        if slow >= 4:
+            middle = (lo + hi) // 2
         else:
-            high = middle
-    return low
+            step = int(below / (below - above) * width)
+            middle = min(max(lo + step, lo + 1), hi - 1)
+        middle_s = seconds(middle)
+        if middle_s <= budget_s:
+            lo, below = middle, middle_s - budget_s
+            kept_hi += 1
+            kept_lo = 0
+            if kept_hi > 1:
+                above /= 2
+        else:
+            hi, above = middle, middle_s - budget_s
+            kept_lo += 1
+            kept_hi = 0
+            if kept_lo > 1:
+                below /= 2
+        slow = slow + 1 if 2 * (hi - lo) > width else 0
+    return lo
 
 
 DEFAULT_LONG_PROMPT_TOKENS = 32768  # the issue's default long prompt
@@ -131,23 +172,24 @@ def recommend_chunk_size(
     )
     budget_s = itl_slo_ms / MS_PER_S
 
-    def worst_step_s(chunk: int) -> float:
-        # The deepest chunk of the long prompt: c = long - chunk cached tokens before it.
-        cached = max(0, long_prompt_tokens - chunk)
-        load = prefill_load(chunk, cached_tokens=cached)
-        return cost.seconds(
-            StepLoad(
-                prefill_tokens=load.prefill_tokens,
-                prefill_chunks=load.prefill_chunks,
-                prefill_attention_pairs=load.prefill_attention_pairs,
-                prefill_kv_tokens=load.prefill_kv_tokens,
-                decode_seqs=decode.decode_seqs,
-                decode_context_tokens=decode.decode_context_tokens,
-            )
-        )
+    seqs, context = decode.decode_seqs, decode.decode_context_tokens
 
-    # The worst step grows with the chunk (pairs q*(L-q) + q(q+1)/2 grow for q <= L): bisect.
-    max_chunk = _last_true(limit, lambda chunk: worst_step_s(chunk) <= budget_s)
+    def worst_step_s(chunk: int) -> float:
+        # The deepest chunk of the long prompt: c = long - chunk cached tokens before it
+        # (`prefill_load(chunk, cached_tokens=c)`), beside the decodes.
+        cached = max(0, long_prompt_tokens - chunk)
+        pairs = pairs_for_chunk(chunk, cached, causal=True)
+        return cost.step_seconds(chunk, 1, pairs, cached + chunk, seqs, context)
+
+    # Seed 000: chunk <= T_max * peak / FLOPs_per_token, linear FLOPs and datasheet peak.
+    # Per GPU: its peak over its share of the linear FLOPs per token (the ratio tp cancels).
+    seed_cut = math.floor(
+        budget_s * cost.peak_flops_per_s / cost.coefficients.linear_flops_per_token
+    )
+    # The worst step grows with the chunk (pairs q*(L-q) + q(q+1)/2 grow for q <= L). A step
+    # takes at least its linear FLOPs at peak, so one token past the seed's cut is over budget
+    # (a first probe, verified like every other).
+    max_chunk = _last_within(limit, worst_step_s, budget_s, guess=seed_cut + 1)
     warnings: list[str] = []
     rationale: list[str] = []
     if max_chunk == 0:
@@ -169,11 +211,6 @@ def recommend_chunk_size(
         f"a step carrying a {max_chunk}-token chunk at the end of a {long_prompt_tokens}-token "
         f"prompt beside {decode_batch_size} decodes takes at most {itl_slo_ms:g} ms; rounded "
         f"down to {recommended} tokens"
-    )
-    # Seed 000: chunk <= T_max * peak / FLOPs_per_token, linear FLOPs and datasheet peak.
-    # Per GPU: its peak over its share of the linear FLOPs per token (the ratio tp cancels).
-    seed_cut = math.floor(
-        budget_s * cost.peak_flops_per_s / cost.coefficients.linear_flops_per_token
     )
     rationale.append(
         f"seed 000's first cut T_max * peak / FLOPs_per_token gives {seed_cut} tokens; it ignores "
@@ -199,7 +236,7 @@ def recommend_chunk_size(
     buckets = tuple(LengthBucket(b, _nice_ceiling(chunked_s(b) * MS_PER_S)) for b in bounds)
     if short_ttft_slo_ms is not None:
         slo_s = short_ttft_slo_ms / MS_PER_S
-        route_above = _last_true(limit, lambda prompt: chunked_s(prompt) <= slo_s)
+        route_above = _last_within(limit, chunked_s, slo_s)
         rationale.append(
             f"a short request queued behind a long prompt waits for its chunks; prompts above "
             f"{route_above} tokens take longer than the {short_ttft_slo_ms:g} ms short-request "

@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType
-from app.engine.specs import Deployment, FfnType, GpuSpec, ModelSpec, SpecError
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_load import StepLoad
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "attention_dtype_for",
     "count_step",
     "expected_distinct_experts",
+    "kv_bytes_per_token",
     "kv_heads_per_gpu",
     "op_coefficients",
     "pairs_for_chunk",
@@ -92,6 +94,19 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
     return max(1.0, model.num_kv_heads / tp)
 
 
+def kv_bytes_per_token(model: ModelSpec, deployment: Deployment) -> float:
+    """KV-cache bytes one token takes on one GPU: 2 * L * max(1, K/tp) * h * kv bytes."""
+    validate_tp(model, deployment.tp)
+    kv_heads = kv_heads_per_gpu(model, deployment.tp)
+    return _kv_bytes_per_token(model, kv_heads, deployment.kv_dtype)
+
+
+def _kv_bytes_per_token(model: ModelSpec, kv_heads_per_gpu: float, kv_dtype: DType) -> float:
+    # K and V, max(1, K/tp) heads of h elements per layer (seed 002 erratum, DESIGN.md 3).
+    kv_b = BYTES_PER_ELEMENT[kv_dtype]
+    return 2.0 * kv_heads_per_gpu * model.head_dim * kv_b * model.num_layers
+
+
 def attention_dtype_for(gpu: GpuSpec, deployment: Deployment) -> DType:
     """The format attention computes in.
 
@@ -122,14 +137,17 @@ def pairs_for_chunk(query_tokens: int, cached_tokens: int, *, causal: bool) -> f
     return q * (c + q)
 
 
-@dataclass(frozen=True, slots=True)
-class OpCoefficients:
+class OpCoefficients(NamedTuple):
     """Per-GPU work of one forward step per unit of its driver, summed over all layers.
 
     Linear op classes are per token through the layer (plus a weight read once per step); the
     LM head is per sequence; prefill attention is per query-key pair (FLOPs), per new token
     (Q and O streamed, K and V written to the cache) and per KV token streamed; decode attention
     is per context token and per sequence. Units: FLOP and bytes.
+
+    Immutable like the engine's frozen dataclasses, but a NamedTuple: every `StepCostModel`
+    builds one (the service one per request, `assess_tp` one per candidate), and a 30-field
+    frozen dataclass takes about 2 us to build where a NamedTuple takes 0.3 us.
     """
 
     tp: int
@@ -190,14 +208,13 @@ def op_coefficients(
     d, h, layers = model.hidden_size, model.head_dim, model.num_layers
     weight_b = BYTES_PER_ELEMENT[deployment.weight_dtype]
     act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
-    kv_b = BYTES_PER_ELEMENT[deployment.kv_dtype]
     qo_b = BYTES_PER_ELEMENT[attention_dtype]
     heads_gpu = model.num_attention_heads / tp
     kv_heads_gpu = kv_heads_per_gpu(model, tp)
     moe = model.moe
     dense_layers = layers if moe is None else moe.num_dense_layers
     moe_layers = layers - dense_layers
-    matrices = 3 if model.ffn_type is FfnType.GATED else 2  # gate, up, down / up, down
+    matrices = model.ffn_type.matrices
 
     # Q, K, V projections: d -> (H + 2K) h outputs per token; 2 FLOPs per multiply-add.
     qkv_width = (heads_gpu + 2 * kv_heads_gpu) * h
@@ -265,8 +282,7 @@ def op_coefficients(
         # Attention: QK^T and AV, 2 * 2 * h FLOPs per head per query-key pair.
         attention_flops_per_pair=4.0 * heads_gpu * h * layers,
         attention_qo_bytes_per_token=2.0 * heads_gpu * h * qo_b * layers,
-        # KV cache: K and V, K/tp (at least 1) heads of h elements per layer (DESIGN.md 3).
-        kv_bytes_per_token=2.0 * kv_heads_gpu * h * kv_b * layers,
+        kv_bytes_per_token=_kv_bytes_per_token(model, kv_heads_gpu, deployment.kv_dtype),
         # Megatron TP: one all-reduce after attention, one after the FFN, of d per token.
         allreduce_bytes_per_token=2.0 * d * act_b * layers if tp > 1 else 0.0,
         allreduces_per_step=2 * layers if tp > 1 else 0,
@@ -363,69 +379,59 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
         if c.expert_flops_per_token > 0
         else 0.0
     )
-    per_gpu = (
-        OpCount(
-            OpClass.QKV_PROJ,
-            flops=tokens * c.qkv_flops_per_token,
-            weight_bytes=reads * c.qkv_weight_bytes,
-            activation_bytes=tokens * c.qkv_activation_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.O_PROJ,
-            flops=tokens * c.o_flops_per_token,
-            weight_bytes=reads * c.o_weight_bytes,
-            activation_bytes=tokens * c.o_activation_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.FFN,
-            flops=tokens * c.ffn_flops_per_token,
-            weight_bytes=reads * c.ffn_weight_bytes,
-            activation_bytes=tokens * c.ffn_activation_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.MOE_ROUTER,
-            flops=tokens * c.router_flops_per_token,
-            weight_bytes=reads * c.router_weight_bytes,
-            activation_bytes=tokens * c.router_activation_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.MOE_EXPERTS,
-            flops=tokens * c.expert_flops_per_token,
-            weight_bytes=expert_weights,
-            activation_bytes=tokens * c.expert_activation_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.PREFILL_ATTENTION,
-            flops=load.prefill_attention_pairs * c.attention_flops_per_pair,
-            kv_read_bytes=load.prefill_kv_tokens * c.kv_bytes_per_token,
-            kv_write_bytes=load.prefill_tokens * c.kv_bytes_per_token,
-            activation_bytes=load.prefill_tokens * c.attention_qo_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.DECODE_ATTENTION,
-            flops=load.decode_context_tokens * c.attention_flops_per_pair,
-            kv_read_bytes=load.decode_context_tokens * c.kv_bytes_per_token,
-            kv_write_bytes=load.decode_seqs * c.kv_bytes_per_token,
-            activation_bytes=load.decode_seqs * c.attention_qo_bytes_per_token,
-        ),
-        OpCount(
-            OpClass.LM_HEAD,
-            flops=sequences * c.lm_head_flops_per_sequence,
-            weight_bytes=(reads if sequences > 0 else 0.0) * c.lm_head_weight_bytes,
-            activation_bytes=sequences * c.lm_head_activation_bytes_per_sequence,
-        ),
-    )
+    # Whole deployment: the per-GPU work (coefficients times the load) times tp.
     scale = float(c.tp)
     return StepCount(
-        tuple(
+        (
             OpCount(
-                op.op_class,
-                flops=op.flops * scale,
-                weight_bytes=op.weight_bytes * scale,
-                kv_read_bytes=op.kv_read_bytes * scale,
-                kv_write_bytes=op.kv_write_bytes * scale,
-                activation_bytes=op.activation_bytes * scale,
-            )
-            for op in per_gpu
+                OpClass.QKV_PROJ,
+                flops=tokens * c.qkv_flops_per_token * scale,
+                weight_bytes=reads * c.qkv_weight_bytes * scale,
+                activation_bytes=tokens * c.qkv_activation_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.O_PROJ,
+                flops=tokens * c.o_flops_per_token * scale,
+                weight_bytes=reads * c.o_weight_bytes * scale,
+                activation_bytes=tokens * c.o_activation_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.FFN,
+                flops=tokens * c.ffn_flops_per_token * scale,
+                weight_bytes=reads * c.ffn_weight_bytes * scale,
+                activation_bytes=tokens * c.ffn_activation_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.MOE_ROUTER,
+                flops=tokens * c.router_flops_per_token * scale,
+                weight_bytes=reads * c.router_weight_bytes * scale,
+                activation_bytes=tokens * c.router_activation_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.MOE_EXPERTS,
+                flops=tokens * c.expert_flops_per_token * scale,
+                weight_bytes=expert_weights * scale,
+                activation_bytes=tokens * c.expert_activation_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.PREFILL_ATTENTION,
+                flops=load.prefill_attention_pairs * c.attention_flops_per_pair * scale,
+                kv_read_bytes=load.prefill_kv_tokens * c.kv_bytes_per_token * scale,
+                kv_write_bytes=load.prefill_tokens * c.kv_bytes_per_token * scale,
+                activation_bytes=load.prefill_tokens * c.attention_qo_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.DECODE_ATTENTION,
+                flops=load.decode_context_tokens * c.attention_flops_per_pair * scale,
+                kv_read_bytes=load.decode_context_tokens * c.kv_bytes_per_token * scale,
+                kv_write_bytes=load.decode_seqs * c.kv_bytes_per_token * scale,
+                activation_bytes=load.decode_seqs * c.attention_qo_bytes_per_token * scale,
+            ),
+            OpCount(
+                OpClass.LM_HEAD,
+                flops=sequences * c.lm_head_flops_per_sequence * scale,
+                weight_bytes=(reads if sequences > 0 else 0.0) * c.lm_head_weight_bytes * scale,
+                activation_bytes=sequences * c.lm_head_activation_bytes_per_sequence * scale,
+            ),
         )
     )

@@ -13,12 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from app.engine.counting import OpCount, StepCount, op_coefficients
-from app.engine.memory import (
-    kv_bytes_per_sequence,
-    memory_plan,
-)
-from app.engine.specs import SpecError
+from app.engine.counting import OpCount, StepCount, op_coefficients, pairs_for_chunk
+from app.engine.memory import kv_tokens_per_sequence, memory_plan
+from app.engine.specs import SpecError, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 from app.engine.timing import Bound
@@ -38,10 +35,8 @@ __all__ = [
     "estimate_decode",
     "estimate_prefill",
     "estimate_request",
-    "positive",
     "prefill_curve",
     "prefill_seconds",
-    "within_context",
 ]
 
 MAX_CURVE_POINTS = 10_000
@@ -97,17 +92,6 @@ def _add(a: StepCount, b: StepCount) -> StepCount:
     )
 
 
-def positive(field: str, value: int) -> None:
-    if value <= 0:
-        raise SpecError(field, f"must be positive, got {value}")
-
-
-def within_context(cost: StepCostModel, field: str, tokens: int) -> None:
-    limit = cost.model.max_context_tokens
-    if tokens > limit:
-        raise SpecError(field, f"{tokens} tokens exceed the model's {limit}-token context")
-
-
 def deployment_warnings(cost: StepCostModel) -> list[str]:
     model, tp = cost.model, cost.deployment.tp
     if tp > model.num_kv_heads:
@@ -123,34 +107,53 @@ def crossover_tokens(cost: StepCostModel, *, causal: bool = True) -> int:
     4d MLP, non-causal). Non-causal a*n^2 = l*n gives n = l/a; causal a*n(n+1)/2 = l*n gives
     n = 2l/a - 1, with l the linear FLOPs per token and a the attention FLOPs per pair."""
     # The model's own ratio (tp 1): replicated KV projections beyond tp > K are not the model's.
-    c = op_coefficients(cost.model, replace(cost.deployment, tp=1), cost.attention_dtype)
+    c = cost.coefficients
+    if c.tp != 1:
+        c = op_coefficients(cost.model, replace(cost.deployment, tp=1), cost.attention_dtype)
     ratio = c.linear_flops_per_token / c.attention_flops_per_pair
     return round(2.0 * ratio - 1.0 if causal else ratio)
 
 
 def _chunked_loads(
-    new_tokens: int, chunk_tokens: int, batch_size: int, cached_tokens: int, causal: bool
+    new_tokens: int,
+    chunk_tokens: int,
+    batch_size: int,
+    cached_tokens: int,
+    *,
+    causal: bool,
+    decode: StepLoad,
 ) -> tuple[StepLoad, StepLoad, int, StepLoad | None]:
-    """(first full chunk, per-chunk increment, number of full chunks, remainder chunk)."""
+    """(first full chunk, per-chunk increment, number of full chunks, remainder chunk), each
+    beside `decode`, whose contexts grow by one token per step."""
     full, rest = divmod(new_tokens, chunk_tokens)
-    first = prefill_load(
-        chunk_tokens, batch_size=batch_size, cached_tokens=cached_tokens, causal=causal
+    seqs, context = decode.decode_seqs, decode.decode_context_tokens
+    first = StepLoad(
+        prefill_tokens=batch_size * chunk_tokens + decode.prefill_tokens,
+        prefill_chunks=batch_size + decode.prefill_chunks,
+        prefill_attention_pairs=batch_size
+        * pairs_for_chunk(chunk_tokens, cached_tokens, causal=causal)
+        + decode.prefill_attention_pairs,
+        prefill_kv_tokens=batch_size * (cached_tokens + chunk_tokens) + decode.prefill_kv_tokens,
+        decode_seqs=seqs,
+        decode_context_tokens=context,
     )
     # Each later chunk sits chunk_tokens deeper: chunk^2 more pairs, chunk more KV tokens.
     step = StepLoad(
         prefill_attention_pairs=float(batch_size * chunk_tokens * chunk_tokens),
         prefill_kv_tokens=batch_size * chunk_tokens,
+        decode_context_tokens=seqs,
     )
-    remainder = (
-        prefill_load(
-            rest,
-            batch_size=batch_size,
-            cached_tokens=cached_tokens + full * chunk_tokens,
-            causal=causal,
+    remainder = None
+    if rest:
+        cached = cached_tokens + full * chunk_tokens
+        remainder = StepLoad(
+            prefill_tokens=batch_size * rest,
+            prefill_chunks=batch_size,
+            prefill_attention_pairs=batch_size * pairs_for_chunk(rest, cached, causal=causal),
+            prefill_kv_tokens=batch_size * (cached + rest),
+            decode_seqs=seqs,
+            decode_context_tokens=context + full * seqs,
         )
-        if rest
-        else None
-    )
     return first, step, full, remainder
 
 
@@ -169,33 +172,24 @@ def prefill_seconds(
     new = prompt_tokens - cached_prefix_tokens
     decode = decode or StepLoad()
     if chunk_tokens is None or chunk_tokens >= new:
-        load = prefill_load(
-            new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
+        # One step: the whole prompt (`prefill_load`) beside the decodes.
+        pairs = pairs_for_chunk(new, cached_prefix_tokens, causal=causal)
+        seconds = cost.step_seconds(
+            batch_size * new + decode.prefill_tokens,
+            batch_size + decode.prefill_chunks,
+            batch_size * pairs + decode.prefill_attention_pairs,
+            batch_size * (cached_prefix_tokens + new) + decode.prefill_kv_tokens,
+            decode.decode_seqs,
+            decode.decode_context_tokens,
         )
-        return cost.seconds(_merge(load, decode)), 1
+        return seconds, 1
     first, step, full, remainder = _chunked_loads(
-        new, chunk_tokens, batch_size, cached_prefix_tokens, causal
+        new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=decode
     )
-    step = _merge(step, StepLoad(decode_context_tokens=decode.decode_seqs))
-    seconds = cost.sum_seconds(_merge(first, decode), step, full)
+    seconds = cost.sum_seconds(first, step, full)
     if remainder is not None:
-        grown = StepLoad(
-            decode_seqs=decode.decode_seqs,
-            decode_context_tokens=decode.decode_context_tokens + full * decode.decode_seqs,
-        )
-        seconds += cost.seconds(_merge(remainder, grown))
+        seconds += cost.seconds(remainder)
     return seconds, full + (remainder is not None)
-
-
-def _merge(a: StepLoad, b: StepLoad) -> StepLoad:
-    return StepLoad(
-        prefill_tokens=a.prefill_tokens + b.prefill_tokens,
-        prefill_chunks=a.prefill_chunks + b.prefill_chunks,
-        prefill_attention_pairs=a.prefill_attention_pairs + b.prefill_attention_pairs,
-        prefill_kv_tokens=a.prefill_kv_tokens + b.prefill_kv_tokens,
-        decode_seqs=a.decode_seqs + b.decode_seqs,
-        decode_context_tokens=a.decode_context_tokens + b.decode_context_tokens,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +226,7 @@ def estimate_prefill(
     """TTFT: one forward step over the new tokens, or the sum of the chunked steps."""
     positive("prompt_tokens", prompt_tokens)
     positive("batch_size", batch_size)
-    within_context(cost, "prompt_tokens", prompt_tokens)
+    within_context(cost.model, "prompt_tokens", prompt_tokens)
     if not 0 <= cached_prefix_tokens < prompt_tokens:
         raise SpecError(
             "cached_prefix_tokens",
@@ -257,7 +251,7 @@ def estimate_prefill(
         )
     else:
         first, step, full, remainder = _chunked_loads(
-            new, chunk_tokens, batch_size, cached_prefix_tokens, causal
+            new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=StepLoad()
         )
         triangle = full * (full - 1) // 2  # sum of j for j < full
         total = StepLoad(
@@ -332,7 +326,7 @@ def prefill_curve(
         positive("chunk_tokens", chunk_tokens)
     for n in prompt_tokens:
         positive("prompt_tokens", n)
-        within_context(cost, "prompt_tokens", n)
+        within_context(cost.model, "prompt_tokens", n)
     c = cost.coefficients
     points: list[CurvePoint] = []
     previous: tuple[int, float] | None = None
@@ -377,7 +371,7 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
     """TPOT of one decode step."""
     positive("batch_size", batch_size)
     positive("context_tokens", context_tokens)
-    within_context(cost, "context_tokens", context_tokens)
+    within_context(cost.model, "context_tokens", context_tokens)
     load = decode_load(batch_size, context_tokens)
     step = cost.breakdown(load)
     counts = cost.count(load)
@@ -385,7 +379,7 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
     peak = cost.peak_flops_per_s * cost.deployment.tp
     warnings = deployment_warnings(cost)
     plan = memory_plan(cost.model, cost.gpu, cost.deployment)
-    needed = batch_size * kv_bytes_per_sequence(cost.model, cost.deployment, context_tokens)
+    needed = batch_size * (kv_tokens_per_sequence(context_tokens) * plan.kv_bytes_per_token)
     if needed > plan.kv_pool_bytes:
         warnings.append(
             f"{batch_size} sequences of {context_tokens} tokens need {needed / GB:.1f} GB of KV "

@@ -1,9 +1,11 @@
 """Memory on one GPU: weights, the KV cache per token and per sequence, the activation reserve,
 and the KV pool that is left.
 
-Parameters are counted from the architecture directly (embedding, attention, FFN or experts,
-norms, LM head). Under tensor parallelism everything shards by `tp` except the norms, and the K/V
-projections once `tp` exceeds the KV heads: each GPU then holds whole (replicated) KV heads.
+Weights are `app.engine.params.count_params`'s components (embedding, attention Q/O and K/V,
+dense FFN, router, experts, norms, LM head) at their formats' sizes. Under tensor parallelism
+everything shards by `tp` except the norms, and the K/V projections once `tp` exceeds the KV
+heads: each GPU then holds whole (replicated) KV heads. The KV cache per token is
+`app.engine.counting.kv_bytes_per_token`, the figure the step-time model reads.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.engine.counting import LOGIT_BYTES, kv_heads_per_gpu, validate_tp
+from app.engine.counting import LOGIT_BYTES, kv_bytes_per_token, kv_heads_per_gpu, validate_tp
 from app.engine.dtypes import BYTES_PER_ELEMENT
-from app.engine.specs import Deployment, FfnType, GpuSpec, ModelSpec, SpecError
+from app.engine.params import ParamCount, count_params
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
@@ -21,12 +24,11 @@ __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_MAX_NUM_SEQS",
     "MemoryPlan",
-    "ParamCounts",
     "activation_reserve_bytes",
     "kv_bytes_per_sequence",
     "kv_bytes_per_token",
+    "kv_tokens_per_sequence",
     "memory_plan",
-    "param_counts",
     "weight_bytes_per_gpu",
 ]
 
@@ -36,99 +38,31 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # DESIGN decision: the step whose activat
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 
 
-@dataclass(frozen=True, slots=True)
-class ParamCounts:
-    """Parameters of the model by role (whole model, not sharded)."""
-
-    embedding: int
-    lm_head: int
-    attention_qo: int
-    """Q and O projections (and Q biases)."""
-    attention_kv: int
-    """K and V projections (and their biases): the part replicated when tp > KV heads."""
-    ffn: int
-    """Dense FFN layers."""
-    experts: int
-    """Routed and shared experts of the MoE layers."""
-    router: int
-    norms: int
-
-    @property
-    def total(self) -> int:
-        return (
-            self.embedding
-            + self.lm_head
-            + self.attention_qo
-            + self.attention_kv
-            + self.ffn
-            + self.experts
-            + self.router
-            + self.norms
-        )
-
-    @property
-    def quantised(self) -> int:
-        """Parameters stored in the weight format (the decoder's linear layers)."""
-        return self.attention_qo + self.attention_kv + self.ffn + self.experts
-
-
-def param_counts(model: ModelSpec) -> ParamCounts:
-    """Parameters counted from `model`'s architecture."""
-    d, h, layers = model.hidden_size, model.head_dim, model.num_layers
-    heads, kv_heads = model.num_attention_heads, model.num_kv_heads
-    matrices = 3 if model.ffn_type is FfnType.GATED else 2
-    bias = 1 if model.attention_bias else 0
-    moe = model.moe
-    dense_layers = layers if moe is None else moe.num_dense_layers
-    moe_layers = layers - dense_layers
-    experts = router = 0
-    if moe is not None:
-        routed = moe.num_experts * matrices * d * moe.expert_intermediate_size
-        shared = moe.num_shared_experts * matrices * d * moe.shared_width
-        experts = (routed + shared) * moe_layers
-        router = d * moe.num_experts * moe_layers
-    return ParamCounts(
-        embedding=model.vocab_size * d,
-        lm_head=0 if model.tie_word_embeddings else model.vocab_size * d,
-        # Q: d x H h (+ bias), O: H h x d per layer.
-        attention_qo=(2 * d * heads * h + bias * heads * h) * layers,
-        # K and V: d x K h each (+ biases) per layer.
-        attention_kv=(2 * d * kv_heads * h + 2 * bias * kv_heads * h) * layers,
-        ffn=matrices * d * model.intermediate_size * dense_layers,
-        experts=experts,
-        router=router,
-        norms=2 * d * layers + d,  # two RMSNorms per layer and the final norm
-    )
-
-
-def weight_bytes_per_gpu(model: ModelSpec, deployment: Deployment) -> float:
-    """Bytes of weights one GPU holds.
+def weight_bytes_per_gpu(
+    model: ModelSpec, deployment: Deployment, *, params: ParamCount | None = None
+) -> float:
+    """Bytes of weights one GPU holds; `params` is `count_params(model)` when the caller has it.
 
     Linear layers in the weight format, sharded by tp; K/V projections hold max(1, K/tp) heads
     per GPU (replicated beyond K); embedding, LM head and router in the activation format,
     sharded by tp (vocab-parallel); norms replicated.
     """
+    validate_tp(model, deployment.tp)
+    return _weight_bytes(model, deployment, count_params(model) if params is None else params)
+
+
+def _weight_bytes(model: ModelSpec, deployment: Deployment, params: ParamCount) -> float:
     tp = deployment.tp
-    validate_tp(model, tp)
-    params = param_counts(model)
     weight_b = BYTES_PER_ELEMENT[deployment.weight_dtype]
     act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
     # K/V projections: each GPU holds max(1, K/tp) of the K heads' weights.
     kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
-    sharded = (params.attention_qo + params.ffn + params.experts) / tp
+    sharded = (params.attention_qo + params.dense_ffn + params.experts) / tp
     return (
         (sharded + params.attention_kv * kv_share) * weight_b
         + (params.embedding + params.lm_head + params.router) / tp * act_b
         + params.norms * act_b
     )
-
-
-def kv_bytes_per_token(model: ModelSpec, deployment: Deployment) -> float:
-    """KV-cache bytes one token takes on one GPU: 2 * L * max(1, K/tp) * h * kv bytes."""
-    validate_tp(model, deployment.tp)
-    heads = kv_heads_per_gpu(model, deployment.tp)
-    # K and V, each heads x head_dim elements per layer (seed 002 erratum, DESIGN.md 3).
-    return 2.0 * model.num_layers * heads * model.head_dim * BYTES_PER_ELEMENT[deployment.kv_dtype]
 
 
 def kv_bytes_per_sequence(
@@ -138,12 +72,19 @@ def kv_bytes_per_sequence(
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> float:
     """KV bytes of one sequence on one GPU, rounded up to whole paged blocks (PagedAttention)."""
+    return kv_tokens_per_sequence(context_tokens, block_tokens) * kv_bytes_per_token(
+        model, deployment
+    )
+
+
+def kv_tokens_per_sequence(context_tokens: int, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> int:
+    """Token slots one sequence of `context_tokens` occupies in a paged KV cache: whole blocks
+    of `block_tokens` (PagedAttention)."""
     if block_tokens <= 0:
         raise SpecError("block_tokens", f"must be positive, got {block_tokens}")
     if context_tokens <= 0:
         raise SpecError("context_tokens", f"must be positive, got {context_tokens}")
-    blocks = math.ceil(context_tokens / block_tokens)
-    return blocks * block_tokens * kv_bytes_per_token(model, deployment)
+    return math.ceil(context_tokens / block_tokens) * block_tokens
 
 
 def activation_reserve_bytes(
@@ -162,18 +103,24 @@ def activation_reserve_bytes(
     widths), all in the activation format; plus the sampler's fp32 logits and probabilities for
     `max_num_seqs` sequences over the full vocabulary (2 * S * V * 4 bytes).
     """
+    validate_tp(model, deployment.tp)
+    return _activation_reserve(model, deployment, max_num_batched_tokens, max_num_seqs)
+
+
+def _activation_reserve(
+    model: ModelSpec, deployment: Deployment, max_num_batched_tokens: int, max_num_seqs: int
+) -> float:
     if max_num_batched_tokens <= 0:
         raise SpecError("max_num_batched_tokens", "must be positive")
     if max_num_seqs <= 0:
         raise SpecError("max_num_seqs", "must be positive")
     tp = deployment.tp
-    validate_tp(model, tp)
     tokens = float(max_num_batched_tokens)
     act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
     d, h = model.hidden_size, model.head_dim
     heads = model.num_attention_heads / tp
     attention_width = (2 * heads + 2 * kv_heads_per_gpu(model, tp)) * h
-    ffn_matrices = 3 if model.ffn_type is FfnType.GATED else 2
+    ffn_matrices = model.ffn_type.matrices
     ffn_width = float(model.intermediate_size)
     if model.moe is not None:
         moe = model.moe
@@ -213,15 +160,19 @@ def memory_plan(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    params: ParamCount | None = None,
 ) -> MemoryPlan:
-    """Usable memory (utilisation * capacity) minus weights and activation reserve = KV pool."""
+    """Usable memory (utilisation * capacity) minus weights and activation reserve = KV pool.
+
+    `params` is `count_params(model)` when the caller has it (it does not depend on tp)."""
     if not 0 < gpu_memory_utilization <= 1:
         raise SpecError(
             "gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
         )
+    validate_tp(model, deployment.tp)
     usable = gpu_memory_utilization * gpu.memory_bytes
-    weights = weight_bytes_per_gpu(model, deployment)
-    reserve = activation_reserve_bytes(model, deployment, max_num_batched_tokens, max_num_seqs)
+    weights = _weight_bytes(model, deployment, count_params(model) if params is None else params)
+    reserve = _activation_reserve(model, deployment, max_num_batched_tokens, max_num_seqs)
     return MemoryPlan(
         memory_bytes=gpu.memory_bytes,
         usable_bytes=usable,

@@ -19,11 +19,23 @@ from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    kv_bytes_per_sequence,
+    kv_tokens_per_sequence,
     memory_plan,
+    weight_bytes_per_gpu,
 )
-from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
+from app.engine.params import ParamCount, count_params
+from app.engine.specs import (
+    IDEAL_EFFICIENCY,
+    Deployment,
+    Efficiency,
+    GpuSpec,
+    ModelSpec,
+    SpecError,
+    positive,
+    within_context,
+)
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.step_load import StepLoad
 from app.engine.units import GB, MS_PER_S
 
 __all__ = [
@@ -108,15 +120,20 @@ def _candidate(
     deployment: Deployment,
     efficiency: Efficiency,
     *,
-    prompt_tokens: int,
+    params: ParamCount,
+    prefill: StepLoad,
+    decode: StepLoad,
     context_tokens: int,
+    kv_tokens: int,
     batch_size: int,
     ttft_slo_ms: float | None,
     tpot_slo_ms: float | None,
     gpu_memory_utilization: float,
-    block_tokens: int,
     max_num_batched_tokens: int,
 ) -> TpCandidate:
+    """One TP degree. What does not depend on tp comes in: `params` (`count_params(model)`),
+    the `prefill` and `decode` steps whose times are TTFT and TPOT, and `kv_tokens`, the
+    cache slots one sequence of `context_tokens` takes (`kv_tokens_per_sequence`)."""
     tp = deployment.tp
     try:
         validate_tp(model, tp)
@@ -128,8 +145,9 @@ def _candidate(
         deployment,
         gpu_memory_utilization=gpu_memory_utilization,
         max_num_batched_tokens=max_num_batched_tokens,
+        params=params,
     )
-    per_sequence = kv_bytes_per_sequence(model, deployment, context_tokens, block_tokens)
+    per_sequence = kv_tokens * plan.kv_bytes_per_token
     needed = plan.weights_bytes + plan.activation_reserve_bytes + batch_size * per_sequence
     fits = needed <= plan.usable_bytes
     reasons: list[str] = []
@@ -161,9 +179,8 @@ def _candidate(
             f"cache it would with tp {kv_heads} ({extra:.0f} extra bytes per token per GPU)"
         )
     cost = StepCostModel(model, gpu, deployment, efficiency)
-    prefill = cost.breakdown(prefill_load(prompt_tokens, batch_size=batch_size))
-    decode = cost.breakdown(decode_load(batch_size, context_tokens))
-    ttft_ms, tpot_ms = prefill.total_s * MS_PER_S, decode.total_s * MS_PER_S
+    prefill_s, decode_s = cost.seconds(prefill), cost.seconds(decode)
+    ttft_ms, tpot_ms = prefill_s * MS_PER_S, decode_s * MS_PER_S
     meets: bool | None = None
     if ttft_slo_ms is not None or tpot_slo_ms is not None:
         meets = (ttft_slo_ms is None or ttft_ms <= ttft_slo_ms) and (
@@ -180,23 +197,25 @@ def _candidate(
         max_batch_by_memory=max(0, math.floor(plan.kv_pool_bytes / per_sequence)),
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
-        communication_share_prefill=prefill.communication_share,
-        communication_share_decode=decode.communication_share,
+        communication_share_prefill=cost.communication_seconds(prefill) / prefill_s,
+        communication_share_decode=cost.communication_seconds(decode) / decode_s,
         meets_latency_goal=meets,
         reasons=tuple(reasons),
     )
 
 
 def _alternatives(
-    model: ModelSpec, gpu: GpuSpec, deployment: Deployment, gpu_memory_utilization: float
+    model: ModelSpec,
+    deployment: Deployment,
+    params: ParamCount,
+    usable: float,
 ) -> tuple[Alternative, ...]:
     kv_heads = model.num_kv_heads
-    weights = memory_plan(
+    weights = weight_bytes_per_gpu(
         model,
-        gpu,
         Deployment(1, deployment.weight_dtype, deployment.kv_dtype, deployment.activation_dtype),
-    ).weights_bytes
-    usable = gpu_memory_utilization * gpu.memory_bytes
+        params=params,
+    )
     stages = max(2, math.ceil(weights / usable))
     alternatives = [
         Alternative(
@@ -257,34 +276,34 @@ def assess_tp(
     for tp in candidates:
         if tp <= 0:
             raise SpecError("candidates", f"tp must be positive, got {tp}")
-    for name, value in (
-        ("prompt_tokens", prompt_tokens),
-        ("context_tokens", context_tokens),
-        ("batch_size", batch_size),
-    ):
-        if value <= 0:
-            raise SpecError(name, f"must be positive, got {value}")
-    for name, value in (("prompt_tokens", prompt_tokens), ("context_tokens", context_tokens)):
-        if value > model.max_context_tokens:
-            raise SpecError(
-                name, f"{value} exceeds the model's {model.max_context_tokens}-token context"
-            )
+    positive("prompt_tokens", prompt_tokens)
+    positive("context_tokens", context_tokens)
+    positive("batch_size", batch_size)
+    within_context(model, "prompt_tokens", prompt_tokens)
+    within_context(model, "context_tokens", context_tokens)
     for name, slo in (("ttft_slo_ms", ttft_slo_ms), ("tpot_slo_ms", tpot_slo_ms)):
         if slo is not None and slo <= 0:
             raise SpecError(name, f"must be positive, got {slo}")
+    # What every candidate shares.
+    params = count_params(model)
+    prefill = prefill_load(prompt_tokens, batch_size=batch_size)
+    decode = decode_load(batch_size, context_tokens)
+    kv_tokens = kv_tokens_per_sequence(context_tokens, block_tokens)
     results = tuple(
         _candidate(
             model,
             gpu,
             Deployment(tp, base.weight_dtype, base.kv_dtype, base.activation_dtype),
             efficiency,
-            prompt_tokens=prompt_tokens,
+            params=params,
+            prefill=prefill,
+            decode=decode,
             context_tokens=context_tokens,
+            kv_tokens=kv_tokens,
             batch_size=batch_size,
             ttft_slo_ms=ttft_slo_ms,
             tpot_slo_ms=tpot_slo_ms,
             gpu_memory_utilization=gpu_memory_utilization,
-            block_tokens=block_tokens,
             max_num_batched_tokens=max_num_batched_tokens,
         )
         for tp in sorted(set(candidates))
@@ -305,7 +324,11 @@ def assess_tp(
         recommendation = "no candidate tp both splits the model and fits in memory"
     kv_heads = model.num_kv_heads
     needs_more = recommended is None or recommended > kv_heads
-    alternatives = _alternatives(model, gpu, base, gpu_memory_utilization) if needs_more else ()
+    alternatives = (
+        _alternatives(model, base, params, gpu_memory_utilization * gpu.memory_bytes)
+        if needs_more
+        else ()
+    )
     warnings: list[str] = []
     if needs_more:
         warnings.append(

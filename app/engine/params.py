@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.engine.specs import FfnType, ModelSpec
+from app.engine.specs import ModelSpec
 
 __all__ = ["ParamCount", "count_params"]
 
@@ -23,7 +23,10 @@ __all__ = ["ParamCount", "count_params"]
 class ParamCount:
     """Parameters (weights, a count, not bytes) of one model, by component.
 
-    `ffn` holds every FFN weight: dense FFN layers, MoE routed experts, shared experts and routers.
+    `attention` is `attention_qo + attention_kv`; `ffn` holds every FFN weight,
+    `dense_ffn + router + experts`: dense FFN layers, MoE routers, routed and shared experts.
+    The split is the one memory needs: quantised formats store the attention projections, dense
+    FFN and experts; K/V projections are replicated once tensor parallelism exceeds the KV heads.
     `lm_head` is 0 when the model ties its output projection to the input embedding, so that
     `total` counts the shared matrix once.
 
@@ -39,7 +42,18 @@ class ParamCount:
 
     embedding: int
     attention: int
+    attention_qo: int
+    """Q and O projections, with the Q biases."""
+    attention_kv: int
+    """K and V projections, with their biases."""
     ffn: int
+    dense_ffn: int
+    """FFN layers of `intermediate_size`: every layer of a dense model, the leading dense layers
+    of an MoE."""
+    router: int
+    """MoE routers."""
+    experts: int
+    """Routed and shared experts of the MoE layers."""
     norms: int
     lm_head: int
     total: int
@@ -57,36 +71,34 @@ def count_params(model: ModelSpec) -> ParamCount:
     # Token embedding table, vocab x hidden (nn.Embedding(vocab_size, hidden_size)).
     embedding = vocab * d
     # Q and O: hidden -> H*h and back; K and V: hidden -> K*h each (GQA, Ainslie et al. 2023).
-    attention_per_layer = 2 * d * model.q_width + 2 * d * model.kv_width
+    attention_qo = layers * 2 * d * model.q_width
+    attention_kv = layers * 2 * d * model.kv_width
     if model.attention_bias:
         # Q/K/V projection biases, one per output feature (Qwen2 `Qwen2Attention`, bias=True).
-        attention_per_layer += model.q_width + 2 * model.kv_width
-    attention = layers * attention_per_layer
+        attention_qo += layers * model.q_width
+        attention_kv += layers * 2 * model.kv_width
 
-    # Matrices per FFN: gate, up, down for SwiGLU/GeGLU (Shazeer 2020, HF `LlamaMLP`); up, down
-    # for a plain MLP (Vaswani et al. 2017).
-    matrices = 3 if model.ffn_type is FfnType.GATED else 2
-    # Dense FFN of `intermediate_size`: d x f per matrix.
-    dense_ffn_per_layer = matrices * d * model.intermediate_size
-
+    # Dense FFN of `intermediate_size`: d x f per matrix (gate, up, down or up, down).
+    matrices = model.ffn_type.matrices
     moe = model.moe
     if moe is None:
-        ffn = layers * dense_ffn_per_layer
-        active_ffn = ffn
+        dense_ffn = layers * matrices * d * model.intermediate_size
+        router = experts = active_experts = 0
     else:
         moe_layers = layers - moe.num_dense_layers
+        dense_ffn = moe.num_dense_layers * matrices * d * model.intermediate_size
         # Router: a d x E linear that scores every expert (Mixtral `gate`, no bias).
-        router_per_layer = d * moe.num_experts
+        router = moe_layers * d * moe.num_experts
         # One expert is a gated/plain FFN of `expert_intermediate_size` (Fedus et al. 2021).
         expert = matrices * d * moe.expert_intermediate_size
         # Always-on shared experts (DeepSeekMoE, Dai et al. 2024), of `shared_width` each.
-        shared_per_layer = moe.num_shared_experts * matrices * d * moe.shared_width
-        always_on = moe.num_dense_layers * dense_ffn_per_layer + moe_layers * (
-            router_per_layer + shared_per_layer
-        )
-        ffn = always_on + moe_layers * moe.num_experts * expert
+        shared = moe_layers * moe.num_shared_experts * matrices * d * moe.shared_width
+        experts = shared + moe_layers * moe.num_experts * expert
         # A token passes through only its top-k routed experts in each MoE layer.
-        active_ffn = always_on + moe_layers * moe.experts_per_token * expert
+        active_experts = shared + moe_layers * moe.experts_per_token * expert
+    attention = attention_qo + attention_kv
+    ffn = dense_ffn + router + experts
+    inactive = experts - active_experts
 
     # RMSNorm weights of d: before attention and before the FFN in each layer, plus the final norm.
     norms = layers * 2 * d + d
@@ -95,16 +107,20 @@ def count_params(model: ModelSpec) -> ParamCount:
     lm_head = 0 if model.tie_word_embeddings else output_matmul
 
     total = embedding + attention + ffn + norms + lm_head
-    active = total - ffn + active_ffn
     non_embedding = attention + ffn + norms + output_matmul
     return ParamCount(
         embedding=embedding,
         attention=attention,
+        attention_qo=attention_qo,
+        attention_kv=attention_kv,
         ffn=ffn,
+        dense_ffn=dense_ffn,
+        router=router,
+        experts=experts,
         norms=norms,
         lm_head=lm_head,
         total=total,
-        active=active,
+        active=total - inactive,
         non_embedding=non_embedding,
-        active_non_embedding=non_embedding - ffn + active_ffn,
+        active_non_embedding=non_embedding - inactive,
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType, compute_dtype_for
-from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.timing import Bound
 
@@ -128,13 +128,9 @@ def roofline(
     `SpecError` names the request field at fault (sizes, a dtype the GPU lacks).
     """
     deployment = deployment or Deployment()
-    for name, value in (
-        ("prompt_tokens", prompt_tokens),
-        ("context_tokens", context_tokens),
-        ("batch_size", batch_size),
-    ):
-        if value <= 0:
-            raise SpecError(name, f"must be positive, got {value}")
+    positive("prompt_tokens", prompt_tokens)
+    positive("context_tokens", context_tokens)
+    positive("batch_size", batch_size)
     gemm_dtype = compute_dtype_for(deployment.weight_dtype)
     peak = gpu.peak(gemm_dtype)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
@@ -155,11 +151,8 @@ def roofline(
             gpu.ridge_intensity(gemm_dtype), gemm_dtype, peak, bandwidth, phases, tuple(warnings)
         )
 
-    for name, value in (("prompt_tokens", prompt_tokens), ("context_tokens", context_tokens)):
-        if value > model.max_context_tokens:
-            raise SpecError(
-                name, f"{value} exceeds the model's {model.max_context_tokens}-token context"
-            )
+    within_context(model, "prompt_tokens", prompt_tokens)
+    within_context(model, "context_tokens", context_tokens)
     cost = StepCostModel(model, gpu, deployment)
     prefill = cost.count(prefill_load(prompt_tokens, batch_size=batch_size, causal=causal))
     decode = cost.count(decode_load(batch_size, context_tokens))

@@ -23,6 +23,8 @@ __all__ = [
     "ModelSpec",
     "MoeSpec",
     "SpecError",
+    "positive",
+    "within_context",
 ]
 
 
@@ -35,7 +37,8 @@ class SpecError(ValueError):
         self.message = message
 
 
-def _positive(name: str, value: float) -> None:
+def positive(name: str, value: float) -> None:
+    """`SpecError(name, ...)` unless `value` > 0."""
     if not value > 0:
         raise SpecError(name, f"must be positive, got {value}")
 
@@ -48,6 +51,12 @@ def _fraction(name: str, value: float) -> None:
 class FfnType(StrEnum):
     GATED = "gated"  # SwiGLU/GeGLU: gate, up and down projections, 3*d*f weights
     MLP = "mlp"  # plain two-layer MLP: up and down projections, 2*d*f weights
+
+    @property
+    def matrices(self) -> int:
+        """Weight matrices of d x f in one FFN: gate, up and down (Shazeer 2020, HF
+        `LlamaMLP`), or up and down (Vaswani et al. 2017)."""
+        return 3 if self is FfnType.GATED else 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +72,9 @@ class MoeSpec:
     num_dense_layers: int = 0  # DeepSeek-style leading dense layers of `intermediate_size`
 
     def __post_init__(self) -> None:
-        _positive("moe.num_experts", self.num_experts)
-        _positive("moe.experts_per_token", self.experts_per_token)
-        _positive("moe.expert_intermediate_size", self.expert_intermediate_size)
+        positive("moe.num_experts", self.num_experts)
+        positive("moe.experts_per_token", self.experts_per_token)
+        positive("moe.expert_intermediate_size", self.expert_intermediate_size)
         if self.experts_per_token > self.num_experts:
             raise SpecError(
                 "moe.experts_per_token",
@@ -113,7 +122,7 @@ class ModelSpec:
             "vocab_size",
             "max_context_tokens",
         ):
-            _positive(name, getattr(self, name))
+            positive(name, getattr(self, name))
         if self.num_kv_heads > self.num_attention_heads:
             raise SpecError(
                 "num_kv_heads",
@@ -156,7 +165,7 @@ class InterconnectSpec:
     latency_s: float = 5e-6  # per ring step; see app/catalog/data/gpus.json sources
 
     def __post_init__(self) -> None:
-        _positive("interconnect.bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
+        positive("interconnect.bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
         if self.latency_s < 0:
             raise SpecError("interconnect.latency_s", "must not be negative")
 
@@ -205,12 +214,12 @@ class GpuSpec:
     id: str = "inline"
 
     def __post_init__(self) -> None:
-        _positive("memory_bytes", self.memory_bytes)
-        _positive("memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
+        positive("memory_bytes", self.memory_bytes)
+        positive("memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
         if not self.peak_flops_per_s:
             raise SpecError("peak_flops_per_s", "needs at least one format")
         for dtype, flops in self.peak_flops_per_s.items():
-            _positive(f"peak_flops_per_s.{dtype}", flops)
+            positive(f"peak_flops_per_s.{dtype}", flops)
 
     def peak(self, dtype: DType) -> float:
         """Dense peak FLOP/s in `dtype`; `SpecError` when the part cannot compute in it."""
@@ -237,4 +246,11 @@ class Deployment:
     activation_dtype: DType = DType.BF16
 
     def __post_init__(self) -> None:
-        _positive("tp", self.tp)
+        positive("tp", self.tp)
+
+
+def within_context(model: ModelSpec, name: str, tokens: int) -> None:
+    """`SpecError(name, ...)` when `tokens` exceed the model's context window."""
+    limit = model.max_context_tokens
+    if tokens > limit:
+        raise SpecError(name, f"{tokens} tokens exceed the model's {limit}-token context")

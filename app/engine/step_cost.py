@@ -66,18 +66,6 @@ def decode_load(batch_size: int, context_tokens: int) -> StepLoad:
     return StepLoad(decode_seqs=batch_size, decode_context_tokens=batch_size * context_tokens)
 
 
-def _shifted(first: StepLoad, step: StepLoad, index: int) -> StepLoad:
-    return StepLoad(
-        prefill_tokens=first.prefill_tokens,
-        prefill_chunks=first.prefill_chunks,
-        prefill_attention_pairs=first.prefill_attention_pairs
-        + index * step.prefill_attention_pairs,
-        prefill_kv_tokens=first.prefill_kv_tokens + index * step.prefill_kv_tokens,
-        decode_seqs=first.decode_seqs,
-        decode_context_tokens=first.decode_context_tokens + index * step.decode_context_tokens,
-    )
-
-
 class StepCostModel:
     """Times `StepLoad`s of one (model, gpu, deployment, efficiency). Immutable once built.
 
@@ -86,21 +74,27 @@ class StepCostModel:
     """
 
     __slots__ = (
+        "_activation_rate",
+        "_attention_rate",
+        "_bandwidth",
         "_comm_latency_s",
         "_comm_s_per_token",
         "_exp_a",
         "_exp_c",
         "_exp_shared",
         "_exp_w",
+        "_experts_per_token",
         "_ffn_a",
         "_ffn_c",
         "_ffn_w",
+        "_gemm_rate",
         "_has_ffn",
         "_has_moe",
         "_kv_s",
         "_lm_a",
         "_lm_c",
         "_lm_w",
+        "_num_experts",
         "_o_a",
         "_o_c",
         "_o_w",
@@ -109,7 +103,7 @@ class StepCostModel:
         "_qkv_a",
         "_qkv_c",
         "_qkv_w",
-        "_qo_s",
+        "_qo_kv_s",
         "_router_a",
         "_router_c",
         "_router_w",
@@ -147,6 +141,8 @@ class StepCostModel:
             ) from None
         attention_rate = gpu.peak(self.attention_dtype) * efficiency.attention
         bandwidth = gpu.memory_bandwidth_bytes_per_s * efficiency.memory
+        self._gemm_rate, self._activation_rate = gemm_rate, activation_rate
+        self._attention_rate, self._bandwidth = attention_rate, bandwidth
         c = self.coefficients
         # Linear op classes: seconds per token (compute), per step (weights), per token (memory).
         self._qkv_c, self._qkv_w, self._qkv_a = (
@@ -166,6 +162,7 @@ class StepCostModel:
             c.ffn_activation_bytes_per_token / bandwidth,
         )
         self._has_moe = c.expert_flops_per_token > 0
+        self._num_experts, self._experts_per_token = c.num_experts, c.experts_per_token
         self._router_c, self._router_w, self._router_a = (
             c.router_flops_per_token / activation_rate,
             c.router_weight_bytes / bandwidth,
@@ -184,17 +181,15 @@ class StepCostModel:
         )
         # Attention: seconds per pair (compute), per token of Q/O and per KV token (memory).
         self._pair_c = c.attention_flops_per_pair / attention_rate
-        self._qo_s = c.attention_qo_bytes_per_token / bandwidth
         self._kv_s = c.kv_bytes_per_token / bandwidth
+        self._qo_kv_s = c.attention_qo_bytes_per_token / bandwidth + self._kv_s
         # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
         per_token_layer = c.allreduce_bytes_per_token / max(c.allreduces_per_step, 1)
+        latency_s = allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency)
         self._comm_s_per_token = (
-            allreduce_seconds(per_token_layer, c.tp, gpu.interconnect, efficiency)
-            - allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency)
+            allreduce_seconds(per_token_layer, c.tp, gpu.interconnect, efficiency) - latency_s
         ) * c.allreduces_per_step
-        self._comm_latency_s = (
-            allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency) * c.allreduces_per_step
-        )
+        self._comm_latency_s = latency_s * c.allreduces_per_step
         self._overhead_s = efficiency.overhead_ms / MS_PER_S
 
     @property
@@ -204,17 +199,36 @@ class StepCostModel:
 
     def seconds(self, load: StepLoad) -> float:
         """Seconds one forward step of `load` takes (equal to `breakdown(load).total_s`)."""
-        tokens = load.prefill_tokens + load.decode_seqs
+        return self.step_seconds(
+            load.prefill_tokens,
+            load.prefill_chunks,
+            load.prefill_attention_pairs,
+            load.prefill_kv_tokens,
+            load.decode_seqs,
+            load.decode_context_tokens,
+        )
+
+    def step_seconds(  # noqa: PLR0917 - positional: StepLoad's fields, in search loops
+        self,
+        prefill_tokens: int,
+        prefill_chunks: int,
+        prefill_attention_pairs: float,
+        prefill_kv_tokens: int,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> float:
+        """`seconds` of the `StepLoad` with these fields, without building it (for searches
+        that time many candidate steps)."""
+        tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        sequences = load.prefill_chunks + load.decode_seqs
+        sequences = prefill_chunks + decode_seqs
         total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
         total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
         if self._has_ffn:
             total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
         if self._has_moe:
-            c = self.coefficients
-            distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, tokens)
+            distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
             total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
             total += max(
                 tokens * self._exp_c,
@@ -222,19 +236,24 @@ class StepCostModel:
             )
         if sequences > 0:
             total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
-        if load.prefill_tokens > 0:
+        if prefill_tokens > 0:
             total += max(
-                load.prefill_attention_pairs * self._pair_c,
-                load.prefill_tokens * (self._qo_s + self._kv_s)
-                + load.prefill_kv_tokens * self._kv_s,
+                prefill_attention_pairs * self._pair_c,
+                prefill_tokens * self._qo_kv_s + prefill_kv_tokens * self._kv_s,
             )
-        if load.decode_seqs > 0:
+        if decode_seqs > 0:
             total += max(
-                load.decode_context_tokens * self._pair_c,
-                load.decode_seqs * (self._qo_s + self._kv_s)
-                + load.decode_context_tokens * self._kv_s,
+                decode_context_tokens * self._pair_c,
+                decode_seqs * self._qo_kv_s + decode_context_tokens * self._kv_s,
             )
         return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
+
+    def communication_seconds(self, load: StepLoad) -> float:
+        """The tensor-parallel all-reduces of one step (`breakdown(load).communication_s`)."""
+        tokens = load.prefill_tokens + load.decode_seqs
+        if tokens <= 0:
+            return 0.0
+        return tokens * self._comm_s_per_token + self._comm_latency_s
 
     def breakdown(self, load: StepLoad) -> StepTime:
         """Per-op-class compute and memory seconds of one step, plus communication and
@@ -252,8 +271,7 @@ class StepCostModel:
                 OpTime(OpClass.FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
             )
         if self._has_moe:
-            c = self.coefficients
-            distinct = expected_distinct_experts(c.num_experts, c.experts_per_token, tokens)
+            distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
             ops.append(
                 OpTime(
                     OpClass.MOE_ROUTER,
@@ -277,8 +295,7 @@ class StepCostModel:
                 OpTime(
                     OpClass.PREFILL_ATTENTION,
                     load.prefill_attention_pairs * self._pair_c,
-                    load.prefill_tokens * (self._qo_s + self._kv_s)
-                    + load.prefill_kv_tokens * self._kv_s,
+                    load.prefill_tokens * self._qo_kv_s + load.prefill_kv_tokens * self._kv_s,
                 )
             )
         if load.decode_seqs > 0:
@@ -286,12 +303,10 @@ class StepCostModel:
                 OpTime(
                     OpClass.DECODE_ATTENTION,
                     load.decode_context_tokens * self._pair_c,
-                    load.decode_seqs * (self._qo_s + self._kv_s)
-                    + load.decode_context_tokens * self._kv_s,
+                    load.decode_seqs * self._qo_kv_s + load.decode_context_tokens * self._kv_s,
                 )
             )
-        communication = tokens * self._comm_s_per_token + self._comm_latency_s
-        return StepTime(tuple(ops), communication, self._overhead_s)
+        return StepTime(tuple(ops), self.communication_seconds(load), self._overhead_s)
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
         """Sum of `seconds(first + j * step)` for j in 0..count-1, exactly, in O(1).
@@ -305,19 +320,29 @@ class StepCostModel:
             return 0.0
         if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
             raise ValueError("sum_seconds: only attention fields of `step` may vary")
+        tokens, chunks, seqs = first.prefill_tokens, first.prefill_chunks, first.decode_seqs
+        pairs, kv_tokens, context = (
+            first.prefill_attention_pairs,
+            first.prefill_kv_tokens,
+            first.decode_context_tokens,
+        )
+        pairs_step, kv_step, context_step = (
+            step.prefill_attention_pairs,
+            step.prefill_kv_tokens,
+            step.decode_context_tokens,
+        )
         kinks: set[int] = set()
         prefill_line = (
-            first.prefill_attention_pairs * self._pair_c,
-            step.prefill_attention_pairs * self._pair_c,
-            first.prefill_tokens * (self._qo_s + self._kv_s) + first.prefill_kv_tokens * self._kv_s,
-            step.prefill_kv_tokens * self._kv_s,
+            pairs * self._pair_c,
+            pairs_step * self._pair_c,
+            tokens * self._qo_kv_s + kv_tokens * self._kv_s,
+            kv_step * self._kv_s,
         )
         decode_line = (
-            first.decode_context_tokens * self._pair_c,
-            step.decode_context_tokens * self._pair_c,
-            first.decode_seqs * (self._qo_s + self._kv_s)
-            + first.decode_context_tokens * self._kv_s,
-            step.decode_context_tokens * self._kv_s,
+            context * self._pair_c,
+            context_step * self._pair_c,
+            seqs * self._qo_kv_s + context * self._kv_s,
+            context_step * self._kv_s,
         )
         for compute0, compute_slope, memory0, memory_slope in (prefill_line, decode_line):
             if compute_slope != memory_slope:
@@ -328,8 +353,20 @@ class StepCostModel:
         for end in [*sorted(kinks), count - 1]:
             if end < start:
                 continue
-            edge_sum = self.seconds(_shifted(first, step, start)) + self.seconds(
-                _shifted(first, step, end)
+            edge_sum = self.step_seconds(
+                tokens,
+                chunks,
+                pairs + start * pairs_step,
+                kv_tokens + start * kv_step,
+                seqs,
+                context + start * context_step,
+            ) + self.step_seconds(
+                tokens,
+                chunks,
+                pairs + end * pairs_step,
+                kv_tokens + end * kv_step,
+                seqs,
+                context + end * context_step,
             )
             total += (end - start + 1) * edge_sum / 2.0
             start = end + 1
@@ -342,15 +379,15 @@ class StepCostModel:
     def bound_of(self, counts: StepCount) -> Bound:
         """Compute-bound when the counted FLOPs at this GPU's (efficient) rates take at least as
         long as the counted bytes at its (efficient) bandwidth."""
-        gpu, eff, tp = self.gpu, self.efficiency, self.coefficients.tp
+        tp = self.deployment.tp
         compute_s = 0.0
         for op in counts.ops:
             if op.op_class in ATTENTION_OP_CLASSES:
-                rate = gpu.peak(self.attention_dtype) * eff.attention
+                rate = self._attention_rate
             elif op.op_class in (OpClass.LM_HEAD, OpClass.MOE_ROUTER):
-                rate = gpu.peak(self.deployment.activation_dtype) * eff.gemm
+                rate = self._activation_rate
             else:
-                rate = gpu.peak(self.gemm_dtype) * eff.gemm
+                rate = self._gemm_rate
             compute_s += op.flops / tp / rate
-        memory_s = counts.bytes / tp / (gpu.memory_bandwidth_bytes_per_s * eff.memory)
+        memory_s = counts.bytes / tp / self._bandwidth
         return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY

@@ -1,4 +1,4 @@
-"""Memory on one GPU: parameters, weights, KV cache, activation reserve, KV pool."""
+"""Memory on one GPU: weights, KV cache, activation reserve, KV pool."""
 
 from __future__ import annotations
 
@@ -9,27 +9,14 @@ from app.engine.memory import (
     activation_reserve_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
+    kv_tokens_per_sequence,
     memory_plan,
-    param_counts,
     weight_bytes_per_gpu,
 )
-from app.engine.specs import Deployment, ModelSpec, SpecError
+from app.engine.params import count_params
+from app.engine.specs import Deployment, SpecError
 from app.engine.units import GIB
-from tests.engine.test_counting import A100, LLAMA2_7B, LLAMA3_8B, LLAMA3_70B, MIXTRAL
-
-
-@pytest.mark.parametrize(
-    ("model", "params"),
-    # Hugging Face model cards' exact parameter counts.
-    [
-        (LLAMA2_7B, 6_738_415_616),
-        (LLAMA3_8B, 8_030_261_248),
-        (LLAMA3_70B, 70_553_706_496),
-        (MIXTRAL, 46_702_792_704),
-    ],
-)
-def test_parameter_counts_match_the_published_totals(model: ModelSpec, params: int) -> None:
-    assert param_counts(model).total == params
+from tests.engine.test_counting import A100, LLAMA3_8B, LLAMA3_70B, MIXTRAL
 
 
 def test_weights_shard_by_tp_except_norms() -> None:
@@ -50,16 +37,45 @@ def test_kv_projection_is_replicated_beyond_the_kv_heads() -> None:
 
 
 def test_quantised_weights_keep_embedding_and_lm_head_in_bf16() -> None:
-    counts = param_counts(LLAMA3_8B)
+    counts = count_params(LLAMA3_8B)
     int4 = weight_bytes_per_gpu(LLAMA3_8B, Deployment(weight_dtype=DType.INT4))
-    expected = counts.quantised * 0.5 + (counts.embedding + counts.lm_head + counts.norms) * 2
+    # The attention projections and the FFN are int4; embedding, LM head and norms stay bf16.
+    quantised = counts.attention + counts.ffn
+    expected = quantised * 0.5 + (counts.embedding + counts.lm_head + counts.norms) * 2
     assert int4 == pytest.approx(expected, rel=1e-12)
+
+
+def test_mixtral_router_stays_in_bf16_and_experts_shard() -> None:
+    """Mixtral at tp 2 in fp8: attention and experts 1 byte and halved, the 4096x8 routers and
+    the embedding and LM head 2 bytes and halved, norms 2 bytes on every GPU."""
+    fp8 = weight_bytes_per_gpu(MIXTRAL, Deployment(tp=2, weight_dtype=DType.FP8))
+    attention = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+    experts = 32 * 8 * 3 * 4096 * 14336
+    router = 32 * 4096 * 8
+    table = 32000 * 4096
+    norms = 32 * 2 * 4096 + 4096
+    expected = (attention + experts) / 2 + (2 * table + router) / 2 * 2 + norms * 2
+    assert fp8 == expected
+
+
+def test_counted_params_may_be_passed_in() -> None:
+    counted = count_params(LLAMA3_70B)
+    for tp in (1, 2, 8, 16):
+        deployment = Deployment(tp=tp)
+        assert weight_bytes_per_gpu(LLAMA3_70B, deployment, params=counted) == weight_bytes_per_gpu(
+            LLAMA3_70B, deployment
+        )
+        assert memory_plan(LLAMA3_70B, A100, deployment, params=counted) == memory_plan(
+            LLAMA3_70B, A100, deployment
+        )
 
 
 def test_kv_per_token_and_sequence_rounded_to_blocks() -> None:
     assert kv_bytes_per_token(LLAMA3_8B, Deployment(kv_dtype=DType.FP8)) == 65_536
     assert kv_bytes_per_token(LLAMA3_70B, Deployment(tp=16)) == 2 * 80 * 1 * 128 * 2
     # 2049 tokens occupy 129 blocks of 16.
+    assert kv_tokens_per_sequence(2049) == 129 * 16
+    assert kv_tokens_per_sequence(2048) == 2048
     assert kv_bytes_per_sequence(LLAMA3_8B, Deployment(), 2049) == 129 * 16 * 131_072
     assert kv_bytes_per_sequence(LLAMA3_8B, Deployment(), 2049, block_tokens=1) == 2049 * 131_072
     with pytest.raises(SpecError) as error:

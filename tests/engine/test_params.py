@@ -56,6 +56,10 @@ LLAMA_2_7B = ModelSpec(
 )
 # Llama-3-8B (meta-llama/Meta-Llama-3-8B config.json): GQA with 8 KV heads.
 LLAMA_3_8B = replace(LLAMA_2_7B, num_kv_heads=8, intermediate_size=14336, vocab_size=128256)
+# Llama-3-70B (meta-llama/Meta-Llama-3-70B config.json).
+LLAMA_3_70B = replace(
+    LLAMA_3_8B, num_layers=80, hidden_size=8192, num_attention_heads=64, intermediate_size=28672
+)
 # Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1 config.json): Mistral-7B attention, 8 experts, top-2.
 MIXTRAL_8X7B = replace(
     LLAMA_3_8B,
@@ -71,7 +75,12 @@ def test_llama_2_7b_exact_breakdown() -> None:
     assert count_params(LLAMA_2_7B) == ParamCount(
         embedding=131_072_000,
         attention=32 * 67_108_864,
+        attention_qo=32 * 33_554_432,
+        attention_kv=32 * 33_554_432,
         ffn=32 * 135_266_304,
+        dense_ffn=32 * 135_266_304,
+        router=0,
+        experts=0,
         norms=32 * 8192 + 4096,
         lm_head=131_072_000,
         total=6_738_415_616,
@@ -81,9 +90,25 @@ def test_llama_2_7b_exact_breakdown() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("model", "params"),
+    # Hugging Face model cards' exact parameter counts.
+    [
+        (LLAMA_2_7B, 6_738_415_616),
+        (LLAMA_3_8B, 8_030_261_248),
+        (LLAMA_3_70B, 70_553_706_496),
+        (MIXTRAL_8X7B, 46_702_792_704),
+    ],
+)
+def test_totals_match_the_model_cards(model: ModelSpec, params: int) -> None:
+    assert count_params(model).total == params
+
+
 def test_llama_3_8b_exact_total() -> None:
     counted = count_params(LLAMA_3_8B)
     # Per layer: Q and O 2*4096*4096 = 33,554,432; K and V 2*4096*1024 = 8,388,608.
+    assert counted.attention_qo == 32 * 33_554_432
+    assert counted.attention_kv == 32 * 8_388_608
     assert counted.attention == 32 * (33_554_432 + 8_388_608)
     # Per layer SwiGLU 3*4096*14336 = 176,160,768.
     assert counted.ffn == 32 * 176_160_768
@@ -94,7 +119,10 @@ def test_llama_3_8b_exact_total() -> None:
 def test_mixtral_8x7b_total_and_active() -> None:
     counted = count_params(MIXTRAL_8X7B)
     expert = 3 * 4096 * 14336  # 176,160,768 per SwiGLU expert
-    # Per layer: 8 experts plus a 4096x8 router.
+    # Per layer: 8 experts plus a 4096x8 router; no dense FFN layer.
+    assert counted.experts == 32 * 8 * expert
+    assert counted.router == 32 * 4096 * 8
+    assert counted.dense_ffn == 0
     assert counted.ffn == 32 * (8 * expert + 4096 * 8)
     # 2*32000*4096 + 32*41,943,040 + 32*1,409,318,912 + 266,240, computed by hand.
     assert counted.total == 46_702_792_704
@@ -129,6 +157,7 @@ def test_moe_with_dense_layers_and_shared_experts() -> None:
     )
     counted = count_params(model)
     # Dense layer 3*8*16 = 384; each MoE layer: router 8*4 = 32, experts 4*144, shared 144.
+    assert (counted.dense_ffn, counted.router, counted.experts) == (384, 2 * 32, 2 * 5 * 144)
     assert counted.ffn == 384 + 2 * (32 + 4 * 144 + 144)
     assert counted.active == counted.total - 2 * 2 * 144
     # Embedding 80, attention 3*256, norms 3*16 + 8, LM head 80.
@@ -154,8 +183,11 @@ def test_tied_embeddings_are_counted_once() -> None:
 def test_attention_bias_adds_qkv_biases() -> None:
     qwen = _spec(CATALOG["qwen2.5-7b"])
     without = count_params(replace(qwen, attention_bias=False))
+    biased = count_params(qwen)
     # 28 layers of Q (28*128) + K and V (2 * 4*128) biases.
-    assert count_params(qwen).total - without.total == 28 * (3584 + 2 * 512) == 129_024
+    assert biased.total - without.total == 28 * (3584 + 2 * 512) == 129_024
+    assert biased.attention_qo - without.attention_qo == 28 * 3584
+    assert biased.attention_kv - without.attention_kv == 28 * 2 * 512
 
 
 def test_plain_mlp_matches_seed_000_layer() -> None:
@@ -239,6 +271,8 @@ def test_components_add_up(model: ModelSpec) -> None:
     assert counted.total == (
         counted.embedding + counted.attention + counted.ffn + counted.norms + counted.lm_head
     )
+    assert counted.attention == counted.attention_qo + counted.attention_kv
+    assert counted.ffn == counted.dense_ffn + counted.router + counted.experts
     assert counted.non_embedding == counted.total - counted.embedding + (
         output_matmul if model.tie_word_embeddings else 0
     )

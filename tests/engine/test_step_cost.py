@@ -108,7 +108,19 @@ loads = st.builds(
 @given(load=loads, tp=st.sampled_from([1, 2, 8, 16]))
 def test_seconds_equals_breakdown_total(load: StepLoad, tp: int) -> None:
     cost = StepCostModel(LLAMA3_70B, H100, Deployment(tp=tp), CALIBRATED)
-    assert cost.seconds(load) == pytest.approx(cost.breakdown(load).total_s, rel=1e-12, abs=0)
+    step = cost.breakdown(load)
+    assert cost.seconds(load) == pytest.approx(step.total_s, rel=1e-12, abs=0)
+    assert cost.communication_seconds(load) == step.communication_s
+    # The same step from its fields, without a StepLoad (what the searches call).
+    fields = (
+        load.prefill_tokens,
+        load.prefill_chunks,
+        load.prefill_attention_pairs,
+        load.prefill_kv_tokens,
+        load.decode_seqs,
+        load.decode_context_tokens,
+    )
+    assert cost.step_seconds(*fields) == cost.seconds(load)
 
 
 @settings(max_examples=100, deadline=None)
