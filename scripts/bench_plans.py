@@ -4,9 +4,10 @@
 The case is issue 5's: Llama-3-8B, 10 requests/s, prompts p50/p90/p99 = 2048/3072/4096 tokens,
 outputs 256/384/512, TTFT p99 1 s, TPOT p99 50 ms, 20 % headroom, on the eight GPUs DESIGN.md
 names, with their bundled calibrations and prices, and the planner's default scheduler choices
-(max_num_seqs 256; chunks of 512 and 2048 tokens): 128 candidates. It is timed in the engine
-(`plan_capacity`, no database), and with `--http` through a real server (uvicorn, SQLite) as a
-client sees it. Run from the repository root:
+(max_num_seqs 256; chunks of 512 and 2048 tokens): 128 candidates, reported as 120 (a deployment
+that is impossible whatever the scheduler, fp8 on an A100, is one entry, not two). It is timed in
+the engine (`plan_capacity`, no database), and with `--http` through a real server (uvicorn,
+SQLite) as a client sees it. Run from the repository root:
 
     .venv/bin/python scripts/bench_plans.py [--repeats 3] [--exhaustive] [--http]
 """
@@ -32,7 +33,7 @@ from app.engine.planning import (
     Traffic,
     plan_capacity,
 )
-from app.engine.simulator import SchedulerConfig, simulate
+from app.engine.simulator import SchedulerConfig, kv_capacity_tokens, simulate
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload
@@ -87,7 +88,7 @@ def engine_simulation() -> tuple[float, Any]:
     cost = StepCostModel(model, gpu, Deployment(), gpu.efficiency)
     scheduler = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048)
     memory = memory_plan(model, gpu, Deployment(), max_num_batched_tokens=2048)
-    kv_tokens = int(memory.kv_pool_bytes / memory.kv_bytes_per_token) // 16 * 16
+    kv_tokens = kv_capacity_tokens(memory, 16)
     # 7 requests/s: about 70 % of what one calibrated H100 sustains within the SLOs here.
     trace = PoissonWorkload(7.0, SIMULATED_REQUESTS, _lengths(PROMPTS), _lengths(OUTPUTS)).trace(
         seed=0

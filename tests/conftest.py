@@ -108,5 +108,20 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
 
 @pytest.fixture
+def postgres_client(postgres_url: str) -> Iterator[TestClient]:
+    """A client over PostgreSQL only, for behaviour SQLite cannot show."""
+    upgrade(postgres_url)
+    reset_database(postgres_url)
+    settings = Settings(
+        database_url=postgres_url,
+        api_keys=[TEST_API_KEY],
+        log_level="WARNING",
+        catalog_cache_ttl_s=300.0,
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]

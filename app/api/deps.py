@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Protocol, TypeVar
 
-from fastapi import Depends, Header, Request, Response
+from fastapi import Depends, Header, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -15,12 +15,14 @@ from starlette.concurrency import run_in_threadpool
 from app.api.memo import ResponseMemo
 from app.api.problems import ApiProblem
 from app.services.catalog import ANY_VERSION
-from app.services.spec_cache import SpecCache
+from app.services.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 
 __all__ = [
     "ApiKeyDep",
     "IfMatchDep",
+    "LimitQuery",
+    "OffsetQuery",
     "SessionDep",
     "SettingsDep",
     "SpecCacheDep",
@@ -28,6 +30,7 @@ __all__ = [
     "memoized_answer",
     "not_modified",
     "read_in_session",
+    "read_json",
     "require_api_key",
 ]
 
@@ -61,13 +64,16 @@ def get_session(request: Request) -> Iterator[Session]:
             cache.invalidate(kind, entry_id)
 
 
+LimitQuery = Annotated[int, Query(ge=1, le=500, description="Page size.")]
+OffsetQuery = Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")]
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 # scope="function": commit before the response is sent, so a failed commit is never a 2xx.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SpecCacheDep = Annotated[SpecCache, Depends(get_spec_cache)]
 
 
-def require_api_key(
+async def require_api_key(
     settings: SettingsDep,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
     x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
@@ -94,7 +100,7 @@ def require_api_key(
 ApiKeyDep = Annotated[str, Depends(require_api_key)]
 
 
-def parse_if_match(
+async def parse_if_match(
     if_match: Annotated[
         str | None,
         Header(
@@ -131,6 +137,7 @@ IfMatchDep = Annotated[int | None, Depends(parse_if_match)]
 
 
 def etag_for(version: int) -> str:
+    """The strong ETag of an entry at `version` (`"3"`): what `If-Match` names to write it."""
     return f'"{version}"'
 
 
@@ -143,6 +150,16 @@ async def read_in_session(request: Request, read: Callable[[Session], T]) -> T:
             return read(session)
 
     return await run_in_threadpool(run)
+
+
+async def read_json(request: Request, read: Callable[[Session], BaseModel]) -> Response:
+    """The JSON of the answer `read` builds with a session of its own, in one thread-pool hop
+    (reading, shaping and serialising all happen there, off the event loop)."""
+
+    def answer(session: Session) -> bytes:
+        return read(session).model_dump_json().encode()
+
+    return Response(await read_in_session(request, answer), media_type="application/json")
 
 
 def not_modified(if_none_match: str | None, etag: str) -> bool:
@@ -162,21 +179,26 @@ class EstimateBody(Protocol):
 async def memoized_answer(
     request: Request, body: EstimateBody, produce: Callable[[], BaseModel]
 ) -> Response:
-    """The JSON answer to `body`, from the response memo when the same question was answered
-    with the same catalog entries; else `produce()`d (off the loop if it may read the database)
-    and remembered."""
+    """The JSON answer to `body`: from the response memo when the same question was answered
+    with the same catalog entries; else `produce()`d and remembered. `produce` runs on the event
+    loop when every entry it names is cached (pure computation, no I/O), else in the thread
+    pool, where it may read the database."""
     cache: SpecCache = request.app.state.spec_cache
     memo: ResponseMemo = request.app.state.response_memo
-    refs = body.refs()
-    generations = cache.generations(**refs)
+    generations = cache.generations(**body.refs())
+    answer = None
     key = None
     if generations is not None:
         key = (request.scope["path"], body.model_dump_json(), generations)
         hit = memo.get(key)
         if hit is not None:
             return Response(hit, media_type="application/json")
-        answer = produce()  # pure computation on cached entries: no thread hop
-    else:
+        try:
+            with cache.cached_only():
+                answer = produce()
+        except NotCached:  # an entry expired or was dropped meanwhile: never read it here
+            key = None
+    if answer is None:
         answer = await run_in_threadpool(produce)
     payload = answer.model_dump_json().encode()
     if key is not None:

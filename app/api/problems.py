@@ -9,6 +9,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -133,27 +134,97 @@ def problem_response(
 
 # A cross-field validator names the field it refuses at the head of its message:
 # "p10_ms: must not exceed median_ms" or "points[0].prompt_tokens: ...".
-_NAMED_FIELD = re.compile(
-    r"^(?:Value error, )?([A-Za-z_][\w]*(?:(?:\.[A-Za-z_]\w*)|\[\d+\])*): (.+)$", re.S
-)
+_NAMED_FIELD = re.compile(r"^([A-Za-z_][\w]*(?:(?:\.[A-Za-z_]\w*)|\[\d+\])*): (.+)$", re.S)
+_LOCATIONS = {"body", "query", "path", "header"}
+# Raised by a member's own validators: about its content, not about the value's type.
+_VALIDATOR_ERRORS = {"value_error", "assertion_error"}
 
 
-def _field_problems(errors: Sequence[Any]) -> list[FieldProblem]:
+@dataclass(frozen=True, slots=True)
+class _Located:
+    """Where in the request one validation error points, union-member tags taken out."""
+
+    location: str
+    path: tuple[str, ...]
+    member_mismatch: bool
+    """The error only says the value is not of one member's type (not a `str`, of
+    `str | Model`)."""
+    unions: frozenset[tuple[str, ...]]
+    """Paths of the unions whose member this error went into."""
+
+
+_ABSENT = object()
+
+
+def _child(node: Any, part: str | int) -> Any:
+    """`node[part]` where the decoded body has it, else `_ABSENT`."""
+    if isinstance(node, dict):
+        return node.get(part, _ABSENT)
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        return node[part]
+    return _ABSENT
+
+
+def _locate(loc: Sequence[Any], body: Any, error_type: str) -> _Located:
+    """Pydantic puts the name of each union member it tried into `loc` (`model.ModelArchitecture.
+    num_layers` for `model: str | ModelArchitecture`). Walking the body along `loc` tells a
+    member name, which the body does not hold, from a key or an index, which it does."""
+    parts = [str(part) if not isinstance(part, int) else part for part in loc]
+    location = parts[0] if parts and parts[0] in _LOCATIONS else "body"
+    rest = parts[1:] if parts and parts[0] == location else parts
+    if location != "body" or not isinstance(body, dict | list):
+        return _Located(location, tuple(str(p) for p in rest), False, frozenset())
+    node: Any = body
+    path: list[str] = []
+    unions: set[tuple[str, ...]] = set()
+    mismatch = False
+    for index, part in enumerate(rest):
+        last = index == len(rest) - 1
+        child = _child(node, part)
+        if child is _ABSENT and not (last and error_type == "missing"):
+            unions.add(tuple(path))  # `part` names the union member being tried
+            mismatch = last and error_type not in _VALIDATOR_ERRORS
+            continue
+        node = child
+        path.append(str(part))
+    return _Located(location, tuple(path), mismatch, frozenset(unions))
+
+
+def _field_problems(errors: Sequence[Any], body: Any = None) -> list[FieldProblem]:
+    """One `FieldProblem` per validation error, at its field's dotted path in the request. Where
+    a value matched no member of a union, only the errors inside the member it was meant for
+    are kept (an object sent as `model` is not also "not a valid string")."""
+    located = [
+        (error, _locate(error.get("loc", ()), body, error.get("type", ""))) for error in errors
+    ]
+    entered = {union for _, where in located if not where.member_mismatch for union in where.unions}
     problems = []
-    for error in errors:
-        loc = [str(part) for part in error.get("loc", ())]
-        location = loc[0] if loc and loc[0] in {"body", "query", "path", "header"} else "body"
-        path = loc[1:] if loc and loc[0] == location else loc
+    for error, where in located:
+        if where.member_mismatch and where.path in entered:
+            continue
+        path = list(where.path)
         message = str(error.get("msg", "invalid"))
         if error.get("type") == "extra_forbidden":
             message = "unknown field"
-        elif error.get("type") == "value_error" and (named := _NAMED_FIELD.match(message)):
-            inner = named.group(1).replace("[", ".").replace("]", "").split(".")
-            if path[-len(inner) :] != inner:  # a field validator's own name is not repeated
-                path = [*path, *inner]
-            message = named.group(2)
-        problems.append(FieldProblem(".".join(path) or location, message, location))
+        elif error.get("type") == "value_error":
+            message = message.removeprefix("Value error, ")
+            if named := _NAMED_FIELD.match(message):
+                inner = named.group(1).replace("[", ".").replace("]", "").split(".")
+                if path[-len(inner) :] != inner:  # a field validator's own name is not repeated
+                    path = [*path, *inner]
+                message = named.group(2)
+        problems.append(FieldProblem(".".join(path) or where.location, message, where.location))
     return problems
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _dotted(problem: FieldProblem) -> FieldProblem:
+    """`run_ids[0]`, as a service names a field, in the dotted form every problem's `field`
+    takes (`run_ids.0`, as validation errors have it)."""
+    field = _INDEX.sub(r".\1", problem.field)
+    return problem if field == problem.field else replace(problem, field=field)
 
 
 async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
@@ -163,7 +234,7 @@ async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
         exc.status,
         exc.slug,
         exc.detail,
-        errors=exc.errors,
+        errors=[_dotted(problem) for problem in exc.errors],
         headers=headers,
         title=exc.title,
     )
@@ -175,7 +246,7 @@ async def _request_validation(request: Request, exc: RequestValidationError) -> 
         ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
         reason = ctx.get("error", "cannot be parsed")
         return problem_response(request, 400, "malformed-json", f"Body is not JSON: {reason}.")
-    problems = _field_problems(errors)
+    problems = _field_problems(errors, exc.body)
     detail = "; ".join(f"{p.field}: {p.message}" for p in problems[:5])
     return problem_response(request, 422, "validation-error", detail, errors=problems)
 

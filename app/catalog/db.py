@@ -5,10 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, Engine, MetaData, TypeDecorator, create_engine, event
+from sqlalchemy import (
+    DateTime,
+    Dialect,
+    Engine,
+    MetaData,
+    TypeDecorator,
+    create_engine,
+    event,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
-__all__ = ["Base", "UtcDateTime", "make_engine", "make_session_factory"]
+__all__ = ["Base", "UtcDateTime", "make_engine", "make_session_factory", "ping"]
 
 # Stable constraint names, so migrations read the same on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -58,6 +67,12 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
+
+
+def ping(engine: Engine) -> None:
+    """One round trip to the database; raises `SQLAlchemyError` when it cannot be reached."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Any]:

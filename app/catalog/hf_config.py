@@ -20,7 +20,14 @@ from typing import Any
 
 from app.engine.specs import FfnType, ModelSpec, MoeSpec, SpecError
 
-__all__ = ["SUPPORTED_ARCHITECTURES", "HfConfigError", "HfModelFields", "parse_hf_config"]
+__all__ = [
+    "MAX_LAYERS",
+    "SUPPORTED_ARCHITECTURES",
+    "HfConfigError",
+    "HfModelFields",
+    "config_key",
+    "parse_hf_config",
+]
 
 
 class HfConfigError(ValueError):
@@ -60,6 +67,9 @@ _ARCHITECTURES: dict[str, _Architecture] = {
 _BY_MODEL_TYPE = {arch.model_type: name for name, arch in _ARCHITECTURES.items()}
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(sorted(_ARCHITECTURES))
+MAX_LAYERS = 10_000
+"""Most decoder layers a config may have; far above any published model, and it bounds the
+work of reading one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,8 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
 
     hidden_size = _positive_int(config, "hidden_size")
     num_layers = _positive_int(config, "num_hidden_layers")
+    if num_layers > MAX_LAYERS:  # before anything walks the layers
+        raise HfConfigError("num_hidden_layers", f"{num_layers} layers; at most {MAX_LAYERS}")
     num_heads = _positive_int(config, "num_attention_heads")
     num_kv_heads = _positive_int(config, "num_key_value_heads", default=num_heads)
     head_dim = _positive_int(config, "head_dim", default=0)
@@ -188,6 +200,12 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
     except SpecError as exc:
         raise HfConfigError(_config_key(exc.field, arch), exc.message) from exc
     return fields
+
+
+def config_key(config: Mapping[str, Any], field: str) -> str:
+    """The `config.json` key behind the model field `field` (dotted: `moe.num_experts`) of a
+    config `parse_hf_config` accepts, for naming it in an error."""
+    return _config_key(field, _ARCHITECTURES[_architecture_name(config)])
 
 
 def _architecture_name(config: Mapping[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -22,22 +23,21 @@ def alembic_config() -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    engine = make_engine(database_url)
-    try:
-        with engine.begin() as connection:
-            config = alembic_config()
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
-    finally:
-        engine.dispose()
+    """Migrate the database at `database_url` up to `revision`, in one transaction."""
+    _run(command.upgrade, database_url, revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
+    """Migrate the database at `database_url` down to `revision`, in one transaction."""
+    _run(command.downgrade, database_url, revision)
+
+
+def _run(step: Callable[[Config, str], None], database_url: str, revision: str) -> None:
     engine = make_engine(database_url)
     try:
         with engine.begin() as connection:
             config = alembic_config()
             config.attributes["connection"] = connection
-            command.downgrade(config, revision)
+            step(config, revision)
     finally:
         engine.dispose()

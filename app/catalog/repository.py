@@ -31,9 +31,6 @@ class CatalogRepository(Generic[RowT]):
         """The row, read fresh from the database (not from the session's identity map)."""
         return self.session.get(self.row_type, entry_id, populate_existing=True)
 
-    def all(self) -> Sequence[RowT]:
-        return self.session.scalars(select(self.row_type).order_by(self.row_type.id)).all()
-
     def page(
         self, where: Sequence[ColumnElement[bool]], *, limit: int, offset: int
     ) -> tuple[Sequence[RowT], int]:

@@ -50,6 +50,12 @@ the inter-token latencies (ITL) are the gaps between a request's consecutive tok
 stalled by prefill-only steps sees one long gap. TPOT of a request with T > 1 output tokens is
 (e2e - TTFT) / (T - 1), the mean of its T - 1 gaps.
 
+Work is bounded: `max_steps` caps the forward steps of a run. A run that provably needs more
+(`minimum_steps`: the decode tokens over `max_num_seqs`, and all tokens over the step budget) is
+refused before it starts, and one that reaches the cap stops there; both raise
+`SimulationTooLong`. Arrival times are absolute seconds in float64: keep them below about 1e9 s
+(a resolution of 0.1 us), or step times are lost in rounding.
+
 Speed: decodes are kept in aggregate (their count, the sum of their contexts, how many cross a
 block boundary at each step modulo `block_tokens`, a heap of finishing steps), so a step costs a
 few Python operations whatever the batch size. Steps with prefill work call the timer; decode-only
@@ -61,6 +67,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -69,6 +76,7 @@ from typing import Final, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from app.engine.memory import MemoryPlan
 from app.engine.specs import SpecError
 from app.engine.step_load import StepLoad
 from app.engine.units import MS_PER_S
@@ -83,8 +91,11 @@ __all__ = [
     "RequestTimes",
     "SchedulerConfig",
     "SimulationResult",
+    "SimulationTooLong",
     "StepTimer",
     "UnchunkedPolicy",
+    "kv_capacity_tokens",
+    "minimum_steps",
     "simulate",
 ]
 
@@ -102,6 +113,44 @@ class StepTimer(Protocol):
     def seconds(self, load: StepLoad) -> float:
         """Wall-clock seconds of a step doing `load`; positive."""
         ...
+
+
+class SimulationTooLong(SpecError):
+    """A run needs more forward steps than `max_steps` allows (`field` is "max_steps")."""
+
+    def __init__(self, max_steps: int, message: str) -> None:
+        super().__init__("max_steps", message)
+        self.max_steps = max_steps
+
+
+def kv_capacity_tokens(memory: MemoryPlan, block_tokens: int) -> int:
+    """The KV pool of `memory` (one GPU of the replica) in whole blocks of `block_tokens`, as
+    tokens: what `simulate` takes as `kv_capacity_tokens`. 0 when no block fits."""
+    if block_tokens < 1:
+        raise SpecError("block_tokens", f"must be at least 1, got {block_tokens}")
+    tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
+    return tokens // block_tokens * block_tokens
+
+
+def minimum_steps(
+    trace: Trace, scheduler: SchedulerConfig, served: NDArray[np.bool_] | None = None
+) -> int:
+    """A lower bound on the forward steps serving `trace` (the rows `served` marks, by default
+    all) takes, whatever the timer and the KV cache: every output token after the first is one
+    decode in a step of at most `max_num_seqs` decodes, every token (prompt or decode) is one of
+    a step's at most `max_num_batched_tokens` (without chunking, one whole prompt may exceed
+    that), and each request's own tokens after its prefill come one step apart. 0 for none."""
+    prompts, outputs = trace.prompt_tokens, trace.output_tokens
+    if served is not None:
+        prompts, outputs = prompts[served], outputs[served]
+    if len(outputs) == 0:
+        return 0
+    decodes = int(outputs.sum()) - len(outputs)
+    tokens = int(prompts.sum()) + decodes
+    per_step = scheduler.max_num_batched_tokens
+    if not scheduler.enable_chunked_prefill:
+        per_step += int(prompts.max())
+    return max(-(-decodes // scheduler.max_num_seqs), -(-tokens // per_step), int(outputs.max()))
 
 
 class UnchunkedPolicy(StrEnum):
@@ -248,6 +297,7 @@ def simulate(
     ttft_slo_ms: float | None = None,
     tpot_slo_ms: float | None = None,
     exact_step_times: bool = False,
+    max_steps: int | None = None,
 ) -> SimulationResult:
     """Serve `trace` on one replica whose steps `timer` times, and measure it.
 
@@ -268,6 +318,9 @@ def simulate(
     exact for a timer affine in the decode context, within its curvature over 1/64 of the mean
     context otherwise); `exact_step_times` calls the timer for every step instead (slower).
 
+    `max_steps` (None: no limit) caps the forward steps: `SimulationTooLong` before the run when
+    `minimum_steps` already exceeds it, or when the run reaches it.
+
     Deterministic: the same inputs give the same result. `SpecError` for an impossible setup,
     including a timer that returns a step time that is not positive.
     """
@@ -282,6 +335,8 @@ def simulate(
     for name, slo in (("ttft_slo_ms", ttft_slo_ms), ("tpot_slo_ms", tpot_slo_ms)):
         if slo is not None and not slo > 0:
             raise SpecError(name, f"must be positive, got {slo}")
+    if max_steps is not None and max_steps < 1:
+        raise SpecError("max_steps", f"must be at least 1, got {max_steps}")
     capacity_blocks = kv_capacity_tokens // block_tokens
     # Peak footprint: the last decode step writes the KV of token T-1 of T.
     peak_blocks = -(-(trace.prompt_tokens + trace.output_tokens - 1) // block_tokens)
@@ -292,6 +347,13 @@ def simulate(
             f"{kv_capacity_tokens} tokens of KV cache hold no request of the trace "
             f"(the smallest needs {int(peak_blocks.min()) * block_tokens})",
         )
+    if max_steps is not None:
+        needed = minimum_steps(trace, config, served=~rejected)
+        if needed > max_steps:
+            raise SimulationTooLong(
+                max_steps,
+                f"the trace needs at least {needed:,} steps, over the {max_steps:,} a run may take",
+            )
     run = _Run(
         trace=trace,
         rejected=rejected,
@@ -300,6 +362,7 @@ def simulate(
         capacity_blocks=capacity_blocks,
         block_tokens=block_tokens,
         exact_step_times=exact_step_times,
+        max_steps=max_steps,
     )
     run.execute()
     return _summarise(trace, run, ttft_slo_ms, tpot_slo_ms)
@@ -366,6 +429,7 @@ class _Run:
         capacity_blocks: int,
         block_tokens: int,
         exact_step_times: bool,
+        max_steps: int | None = None,
     ) -> None:
         self.trace = trace
         self.rejected_mask = rejected
@@ -374,11 +438,13 @@ class _Run:
         self.capacity_blocks = capacity_blocks
         self.block_tokens = block_tokens
         self.exact_step_times = exact_step_times
+        self.max_steps = max_steps
         count = len(trace)
         self.first_token_s = [math.nan] * count
         self.finish_s = [math.nan] * count
-        self.itl_gap_s: list[float] = []
-        self.itl_weight: list[int] = []
+        # Typed arrays: a run of millions of steps keeps one gap per step (8 bytes, not 32).
+        self.itl_gap_s = array("d")
+        self.itl_weight = array("q")
         self.queue_time_s: list[float] = []
         self.queue_waiting: list[int] = []
         self.queue_running: list[int] = []
@@ -402,6 +468,7 @@ class _Run:
         table = _DecodeStepTable(self.timer)
         segments = table.segments
         exact = self.exact_step_times
+        step_limit = self.max_steps if self.max_steps is not None else -1
         config = self.config
         chunked = config.enable_chunked_prefill
         prefill_first = not chunked and config.unchunked_policy is UnchunkedPolicy.PREFILL_FIRST
@@ -610,6 +677,12 @@ class _Run:
                     step_s = segment[0] + segment[1] * (decode_context - decode_seqs * low)
             else:
                 continue  # preemption emptied the step; schedule again
+            if steps == step_limit:  # a step beyond the cap: -1 (no cap) never matches
+                raise SimulationTooLong(
+                    step_limit,
+                    f"the run reached the {step_limit:,} steps it may take before serving every "
+                    "request",
+                )
             steps += 1
             in_queue = len(waiting)
             in_system = in_queue + len(running)
@@ -780,7 +853,10 @@ def _summarise(
     return SimulationResult(
         ttft_ms=_percentiles(ttft_s),
         tpot_ms=_percentiles(tpot_s),
-        itl_ms=_weighted_percentiles(np.array(run.itl_gap_s), np.array(run.itl_weight)),
+        itl_ms=_weighted_percentiles(
+            np.frombuffer(run.itl_gap_s, dtype=np.float64),
+            np.frombuffer(run.itl_weight, dtype=np.int64),
+        ),
         e2e_ms=_percentiles(e2e_s),
         throughput_tokens_per_s=float(trace.output_tokens[done].sum()) / makespan_s,
         requests_per_s=int(done.sum()) / makespan_s,

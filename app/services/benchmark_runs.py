@@ -47,13 +47,13 @@ from app.engine.step_load import StepLoad
 from app.engine.timing import Bound
 from app.services.catalog import GPU_FIELDS, LoadOutcome, record_change
 from app.services.errors import InvalidInput, RunNotFound
+from app.services.pages import Page
 from app.services.specs import gpu_spec_from_fields
 
 __all__ = [
     "MEASURED_EFFICIENCY",
     "GpuBasis",
     "GpuBasisKind",
-    "RunPage",
     "document_field",
     "estimate_point",
     "get_run",
@@ -79,6 +79,9 @@ MEASURED_EFFICIENCY = Efficiency(
 _UNKNOWN_MEMORY_BYTES = 2**40
 _NO_LINK = InterconnectSpec(kind="unknown", bandwidth_bytes_per_s=1.0, latency_s=0.0)
 _ACTIVATION_DTYPES = (DType.BF16, DType.FP16, DType.FP32)
+# Counts of a point, stored in 32-bit integer columns (`app.catalog.runs.BenchmarkPointRow`).
+_POINT_COUNTS = ("prompt_tokens", "batch_size", "context_tokens", "repeats")
+_MAX_STORED_COUNT = 2**31 - 1
 
 
 class GpuBasisKind(StrEnum):
@@ -307,11 +310,40 @@ def _check_points(session: Session, row: BenchmarkRunRow) -> GpuBasis | None:
     return basis
 
 
+def _check_storable(document: RunDocument) -> None:
+    """What the run's columns store must fit them: text within its length and free of NUL
+    (PostgreSQL refuses both), counts within 32 bits."""
+    texts = {
+        "gpu": (document.gpu, BenchmarkRunRow.gpu_id),
+        "model.id": (document.model.id, BenchmarkRunRow.model_id),
+        "environment.device_name": (
+            document.environment.device_name,
+            BenchmarkRunRow.device_name,
+        ),
+    }
+    for field, (text, column) in texts.items():
+        length = column.type.length
+        if text is not None and length is not None and len(text) > length:
+            raise InvalidInput.at(field, f"at most {length} characters")
+        if text is not None and "\x00" in text:
+            raise InvalidInput.at(field, "must not contain the NUL character (U+0000)")
+    if document.tp > _MAX_STORED_COUNT:
+        raise InvalidInput.at("tp", f"must be at most {_MAX_STORED_COUNT}")
+    for position, point in enumerate(document.points):
+        for name in _POINT_COUNTS:
+            value = getattr(point, name)
+            if value is not None and value > _MAX_STORED_COUNT:
+                raise InvalidInput.at(
+                    f"points[{position}].{name}", f"must be at most {_MAX_STORED_COUNT}"
+                )
+
+
 def store_run(session: Session, document: RunDocument) -> BenchmarkRunRow:
     """Store an uploaded run under a new id; 422 when it carries an id or a point the engine
-    cannot time under the run's own spec."""
+    cannot time under the run's own spec, or cannot store."""
     if document.id is not None:
         raise InvalidInput.at("id", "assigned by the service; upload the run with id null")
+    _check_storable(document)
     row = _rows(_new_run_id(), document)
     basis = _check_points(session, row)
     BenchmarkRunRepository(session).add(row)
@@ -332,22 +364,14 @@ def get_run(session: Session, run_id: str, *, with_points: bool = False) -> Benc
     return row
 
 
-@dataclass(frozen=True, slots=True)
-class RunPage:
-    items: Sequence[BenchmarkRunRow]
-    total: int
-    limit: int
-    offset: int
-
-
 def list_runs(
     session: Session, *, gpu: str | None, model: str | None, limit: int, offset: int
-) -> RunPage:
+) -> Page[BenchmarkRunRow]:
     """Runs newest first, optionally only those naming catalog GPU `gpu` or model `model`."""
     items, total = BenchmarkRunRepository(session).page(
         gpu_id=gpu, model_id=model, limit=limit, offset=offset
     )
-    return RunPage(items=items, total=total, limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 def upsert_bundled_run(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -37,12 +36,11 @@ from app.services.benchmark_runs import (
     run_cost_model,
 )
 from app.services.catalog import ANY_VERSION, gpu_entries
-from app.services.errors import InvalidInput, NotFound, PreconditionFailed
+from app.services.errors import CalibrationNotFound, InvalidInput, PreconditionFailed
+from app.services.pages import Page
 from app.services.specs import gpu_spec_from_fields
 
 __all__ = [
-    "CalibrationNotFound",
-    "CalibrationPage",
     "calibrate_gpu",
     "calibration_warnings",
     "efficiency_document",
@@ -51,19 +49,6 @@ __all__ = [
 ]
 
 _SOURCE_RUN_IDS = 20  # run ids named in the efficiency's `source` text before "and N more"
-
-
-class CalibrationNotFound(NotFound):
-    def __init__(self, gpu_id: str, calibration_id: str) -> None:
-        super().__init__(f"GPU {gpu_id!r} has no calibration with id {calibration_id!r}.")
-
-
-@dataclass(frozen=True, slots=True)
-class CalibrationPage:
-    items: Sequence[CalibrationRow]
-    total: int
-    limit: int
-    offset: int
 
 
 def efficiency_document(efficiency: Efficiency, calibration_id: str | None) -> dict[str, Any]:
@@ -182,6 +167,9 @@ def calibrate_gpu(
         else efficiency_document(gpu.efficiency, calibration_id=None)
     )
     points = _points(session, gpu_id, gpu, run_ids)
+    # The fit is CPU work over every point: end the read-only transaction rather than hold a
+    # connection idle in it meanwhile. The write below re-reads the GPU and names `read_version`.
+    session.rollback()
     calibration_id = f"cal-{uuid.uuid4().hex[:12]}"
     result = fit_efficiency(points, gpu.efficiency, parameters)
     fitted = efficiency_document(result.efficiency, calibration_id) | {
@@ -208,11 +196,13 @@ def calibrate_gpu(
     return history, updated
 
 
-def list_calibrations(session: Session, gpu_id: str, *, limit: int, offset: int) -> CalibrationPage:
+def list_calibrations(
+    session: Session, gpu_id: str, *, limit: int, offset: int
+) -> Page[CalibrationRow]:
     """The GPU's calibrations, newest first; 404 for an unknown GPU."""
     gpu_entries(session).get(gpu_id)
     items, total = CalibrationRepository(session).page(gpu_id, limit=limit, offset=offset)
-    return CalibrationPage(items=items, total=total, limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 def get_calibration(session: Session, gpu_id: str, calibration_id: str) -> CalibrationRow:

@@ -7,11 +7,11 @@ without it is re-read and re-applied, so two patches of different fields both la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, Generic
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -24,10 +24,12 @@ from app.services.errors import (
     Conflict,
     FieldProblem,
     GpuNotFound,
+    InvalidInput,
     ModelNotFound,
     NotFound,
     PreconditionFailed,
 )
+from app.services.pages import Page
 from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
 
 __all__ = [
@@ -36,7 +38,7 @@ __all__ = [
     "MODEL_FIELDS",
     "CatalogEntries",
     "LoadOutcome",
-    "Page",
+    "Validator",
     "gpu_entries",
     "list_gpus",
     "list_models",
@@ -50,14 +52,7 @@ ANY_VERSION = -1  # `If-Match: *`: the entry must exist, whatever its version
 _PATCH_ATTEMPTS = 8
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[RowT]):
-    items: Sequence[RowT]
-    total: int
-    limit: int
-    offset: int
+"""Checks a whole entry document as the API would take it; returns the fields to store."""
 
 
 def record_change(session: Session, kind: str, entry_id: str) -> None:
@@ -110,20 +105,35 @@ class CatalogEntries(Generic[RowT]):
     # writes
 
     def create(self, entry_id: str, fields: dict[str, Any]) -> RowT:
+        """A new user entry; 409 when the id is taken, also by a writer that raced this one."""
         if self.repository.get(entry_id) is not None:
-            raise AlreadyExists(
-                f"A {self.repository.kind} with id {entry_id!r} exists already; "
-                "PUT or PATCH it instead.",
-                (FieldProblem("id", "already taken"),),
-            )
+            raise self._taken(entry_id)
         columns = self.columns(fields, entry_id)
         row = self.repository.row_type(id=entry_id, origin="user", **columns)
         self.repository.clear_tombstone(entry_id)
-        self.repository.add(row)
+        try:
+            self.repository.add(row)
+        except IntegrityError:  # the primary key: another create of this id committed first
+            self.session.rollback()
+            raise self._taken(entry_id) from None
         record_change(self.session, self.repository.kind, entry_id)
         return row
 
-    def replace(self, entry_id: str, fields: dict[str, Any], if_match: int | None) -> RowT:
+    def replace(
+        self,
+        entry_id: str,
+        fields: dict[str, Any],
+        if_match: int | None,
+        *,
+        body_id: str | None = None,
+    ) -> RowT:
+        """Every writable field of the entry; `body_id`, the id a PUT body names, must be
+        `entry_id`: ids never change."""
+        if body_id is not None and body_id != entry_id:
+            raise InvalidInput(
+                "The body's id differs from the path's; ids cannot be changed.",
+                (FieldProblem("id", f"must be {entry_id!r}"),),
+            )
         row = self._current(entry_id, if_match)
         columns = self.columns(fields, entry_id)
         return self._write(row, columns, if_match)
@@ -181,6 +191,13 @@ class CatalogEntries(Generic[RowT]):
             raise self._stale(row.id) from None
         record_change(self.session, self.repository.kind, row.id)
         return row
+
+    def _taken(self, entry_id: str) -> AlreadyExists:
+        return AlreadyExists(
+            f"A {self.repository.kind} with id {entry_id!r} exists already; "
+            "PUT or PATCH it instead.",
+            (FieldProblem("id", "already taken"),),
+        )
 
     def _stale(
         self, entry_id: str, current: int | None = None, expected: int | None = None

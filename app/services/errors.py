@@ -1,8 +1,9 @@
-"""Domain errors. Services raise these; one handler in `app.api.errors` turns each into an
+"""Domain errors. Services raise these; one handler in `app.api.problems` turns each into an
 RFC 9457 problem document. A service never builds an HTTP response.
 
     DomainError
-    ├── NotFound            404  (GpuNotFound, ModelNotFound, RunNotFound, PlanNotFound)
+    ├── NotFound            404  (GpuNotFound, ModelNotFound, RunNotFound, PlanNotFound,
+    │                             CalibrationNotFound)
     ├── AlreadyExists       409
     ├── Conflict            409  (a unique value another entry holds)
     ├── PreconditionFailed  412  (If-Match names a version that is no longer current)
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AlreadyExists",
+    "CalibrationNotFound",
     "Conflict",
     "DomainError",
     "FieldProblem",
@@ -38,6 +40,9 @@ class FieldProblem:
 
 
 class DomainError(Exception):
+    """What went wrong (`detail`), at which fields (`errors`); `status`, `slug` and `title` say
+    how the API answers it."""
+
     status: int = 400
     slug: str = "bad-request"
     title: str = "Bad request"
@@ -76,6 +81,13 @@ class PlanNotFound(NotFound):
     def __init__(self, plan_id: str) -> None:
         super().__init__(f"No plan with id {plan_id!r}.")
         self.plan_id = plan_id
+
+
+class CalibrationNotFound(NotFound):
+    def __init__(self, gpu_id: str, calibration_id: str) -> None:
+        super().__init__(f"GPU {gpu_id!r} has no calibration with id {calibration_id!r}.")
+        self.gpu_id = gpu_id
+        self.calibration_id = calibration_id
 
 
 class AlreadyExists(DomainError):

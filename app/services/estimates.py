@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 from app.engine.batch_ceiling import BatchCeiling, estimate_batch_ceiling
 from app.engine.chunking import ChunkRecommendation, recommend_chunk_size
-from app.engine.dtypes import DType
 from app.engine.estimates import (
     DecodeEstimate,
     PrefillCurve,
@@ -26,8 +25,8 @@ from app.engine.parallelism import TpFeasibility, assess_tp
 from app.engine.roofline import Roofline, roofline
 from app.engine.specs import Deployment, SpecError
 from app.services.spec_cache import SpecCache
-from app.services.specs import gpu_spec_from_fields, invalid_spec
-from app.services.targets import Target, resolve_target
+from app.services.specs import invalid_spec
+from app.services.targets import Target, resolve_gpu_spec, resolve_target, storage_format
 
 __all__ = [
     "batch_ceiling",
@@ -102,7 +101,9 @@ def chunk_size(
 def tp_feasibility(
     cache: SpecCache, target: TargetArgs, **workload: Any
 ) -> tuple[Target, TpFeasibility]:
-    resolved = resolve_target(cache, **target)
+    """Each of `workload["candidates"]` assessed; the target's own `tp` plays no part (it is
+    resolved at tp 1, so a tp the heads cannot take is no 422 here)."""
+    resolved = resolve_target(cache, **{**target, "tp": 1})
     return resolved, _run(
         lambda: assess_tp(
             resolved.model,
@@ -142,14 +143,12 @@ def roofline_of(
             )
         )
         return resolved.gpu_id, resolved.model_id, result
-    if isinstance(gpu, str):
-        spec, gpu_id = cache.gpu(gpu, "gpu").spec, gpu
-    else:
-        try:
-            spec, gpu_id = gpu_spec_from_fields(gpu), "inline"
-        except SpecError as error:
-            raise invalid_spec(error, "gpu") from None
+    spec, gpu_id, _ = resolve_gpu_spec(cache, gpu)
     deployment = _run(
-        lambda: Deployment(tp=tp, weight_dtype=DType(weight_dtype), kv_dtype=DType(kv_dtype))
+        lambda: Deployment(
+            tp=tp,
+            weight_dtype=storage_format("weight_dtype", weight_dtype),
+            kv_dtype=storage_format("kv_dtype", kv_dtype),
+        )
     )
     return gpu_id, None, _run(lambda: roofline(spec, deployment=deployment, **workload))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from app.catalog.hf_config import HfConfigError, parse_hf_config
+from app.catalog.hf_config import HfConfigError, config_key, parse_hf_config
 from app.catalog.orm import ModelRow
-from app.services.catalog import model_entries
-from app.services.errors import InvalidInput
+from app.services.catalog import Validator, model_entries
+from app.services.errors import FieldProblem, InvalidInput
 
 __all__ = ["import_hf_config"]
 
@@ -20,10 +21,12 @@ def import_hf_config(
     entry_id: str,
     config: Mapping[str, Any],
     *,
+    validate: Validator,
     name: str | None = None,
     hf_repo: str | None = None,
 ) -> ModelRow:
-    """Parse `config` and create the entry `entry_id`; a 422 names the config key at fault."""
+    """Parse `config` and create the entry `entry_id`, its fields checked by `validate` as any
+    other write of a model is (the catalog's bounds); a 422 names the config key at fault."""
     try:
         fields = parse_hf_config(config).as_dict()
     except HfConfigError as error:
@@ -39,4 +42,16 @@ def import_hf_config(
                 "note": "imported through POST /v1/models/hf-import",
             }
         ]
-    return model_entries(session).create(entry_id, fields)
+    try:
+        checked = validate(fields)
+    except ValidationError as error:
+        problems = tuple(
+            FieldProblem(
+                "config." + config_key(config, ".".join(str(part) for part in problem["loc"])),
+                problem["msg"],
+            )
+            for problem in error.errors()
+        )
+        detail = "; ".join(f"{p.field}: {p.message}" for p in problems)
+        raise InvalidInput(detail, problems) from None
+    return model_entries(session).create(entry_id, checked)

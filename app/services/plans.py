@@ -21,6 +21,7 @@ from app.catalog.plans import PlanRepository, PlanRow
 from app.engine.dtypes import DType
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
     DEFAULT_MAX_NUM_SEQS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
@@ -37,13 +38,21 @@ from app.engine.planning import (
 from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec, SpecError
 from app.services.catalog import list_gpus
 from app.services.errors import InvalidInput, PlanNotFound
-from app.services.simulations import length_distribution, trace_from_rows
+from app.services.pages import Page
+from app.services.simulations import (
+    MIN_REQUESTS_PER_S,
+    check_trace_lengths,
+    length_distribution,
+    trace_from_rows,
+)
 from app.services.spec_cache import SpecCache
-from app.services.specs import invalid_spec, model_spec_from_fields
+from app.services.specs import invalid_spec
+from app.services.targets import resolve_model
 
-__all__ = ["PlanQuery", "create_plan", "get_plan", "list_plans"]
+__all__ = ["MAX_TRAFFIC_REQUESTS_PER_S", "PlanQuery", "create_plan", "get_plan", "list_plans"]
 
-_INLINE = "inline"
+MAX_TRAFFIC_REQUESTS_PER_S = 1e7
+"""Most requests per second a plan is asked to carry (all replicas together)."""
 # The KV format each weight format is served with unless kv_dtypes says otherwise.
 _NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
 
@@ -72,20 +81,11 @@ class PlanQuery:
     efficiency: str = "calibrated"
     gpu_memory_utilization: float = 0.9
     probe_requests: int = DEFAULT_PROBE_REQUESTS
+    confirm_requests: int = DEFAULT_CONFIRM_REQUESTS
     seed: int = 0
     max_plans: int = 3
     exhaustive: bool = False
     disaggregated: bool = False
-
-
-def _model(cache: SpecCache, model: str | Mapping[str, Any]) -> tuple[ModelSpec, str, int | None]:
-    if isinstance(model, str):
-        cached = cache.model(model, "model")
-        return cached.spec, model, cached.version
-    try:
-        return model_spec_from_fields(model), _INLINE, None
-    except SpecError as error:
-        raise invalid_spec(error, "model") from None
 
 
 def _offers(
@@ -140,6 +140,7 @@ def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
     try:
         if query.trace_rows is not None:
             trace = trace_from_rows(query.trace_rows, "traffic.trace")
+            check_trace_lengths(trace, context, "traffic.trace")
             rate = query.requests_per_s
             if rate is None:
                 span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
@@ -148,6 +149,13 @@ def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
                         "traffic.trace", "all requests arrive at once: give requests_per_s"
                     )
                 rate = (len(trace) - 1) / span_s
+                if not MIN_REQUESTS_PER_S <= rate <= MAX_TRAFFIC_REQUESTS_PER_S:
+                    raise InvalidInput.at(
+                        "traffic.trace",
+                        f"the trace's own rate, {rate:.4g} requests/s, is outside "
+                        f"[{MIN_REQUESTS_PER_S:g}, {MAX_TRAFFIC_REQUESTS_PER_S:g}]: give "
+                        "requests_per_s",
+                    )
             return Traffic(requests_per_s=rate, trace=trace)
         if query.prompt_tokens is None or query.output_tokens is None or not query.requests_per_s:
             raise InvalidInput.at("traffic", "give requests_per_s with length distributions")
@@ -167,7 +175,7 @@ def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
 def _compute(
     session: Session, cache: SpecCache, query: PlanQuery
 ) -> tuple[CapacityPlan, dict[str, Any], str]:
-    model, model_id, model_version = _model(cache, query.model)
+    model, model_id, model_version = resolve_model(cache, query.model)
     offers, gpu_versions = _offers(session, cache, query)
     # Planning takes seconds of CPU: end the read-only transaction now rather than hold a
     # database connection idle in it (nothing is written before the plan is stored).
@@ -187,6 +195,7 @@ def _compute(
             gpus_per_node=query.gpus_per_node,
             gpu_memory_utilization=query.gpu_memory_utilization,
             probe_requests=query.probe_requests,
+            confirm_requests=query.confirm_requests,
             seed=query.seed,
             max_plans=query.max_plans,
             exhaustive=query.exhaustive,
@@ -338,6 +347,7 @@ def get_plan(session: Session, plan_id: str) -> PlanRow:
 
 def list_plans(
     session: Session, *, limit: int, offset: int, model_id: str | None = None
-) -> tuple[Sequence[PlanRow], int]:
-    """Recent plans, newest first, without their documents; and how many there are."""
-    return PlanRepository(session).recent(limit=limit, offset=offset, model_id=model_id)
+) -> Page[PlanRow]:
+    """Stored plans, newest first, without their request and response documents."""
+    items, total = PlanRepository(session).recent(limit=limit, offset=offset, model_id=model_id)
+    return Page(items=items, total=total, limit=limit, offset=offset)

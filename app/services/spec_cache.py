@@ -9,10 +9,12 @@ another replica is seen within `ttl_s`.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,7 +25,7 @@ from app.services.errors import InvalidInput
 from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
 from app.services.validation import expected_error_pct
 
-__all__ = ["CachedGpu", "CachedModel", "SpecCache"]
+__all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,19 @@ class CachedModel:
     params_active: int
 
 
+E = TypeVar("E", CachedGpu, CachedModel)
+
+
+class NotCached(Exception):
+    """An entry `SpecCache.cached_only` forbade reading from the database: not cached, or
+    expired or dropped since the caller checked."""
+
+
 class SpecCache:
+    """Safe to share between the event loop and the thread pool: a fill that read the database
+    while a write was dropping entries is returned to its caller but not kept, so no committed
+    write is hidden behind an entry read before it."""
+
     def __init__(
         self,
         session_factory: sessionmaker[Session],
@@ -59,14 +73,13 @@ class SpecCache:
         self._gpus: dict[str, tuple[float, CachedGpu, int]] = {}
         self._models: dict[str, tuple[float, CachedModel, int]] = {}
         self._fills = itertools.count(1)  # each cache fill gets a new generation number
+        self._drops = 0  # invalidations so far; a fill that saw it change is not kept
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def peek_gpu(self, gpu_id: str) -> CachedGpu | None:
-        hit = self._gpus.get(gpu_id)
-        return hit[1] if hit is not None and hit[0] > self._clock() else None
-
-    def peek_model(self, model_id: str) -> CachedModel | None:
-        hit = self._models.get(model_id)
-        return hit[1] if hit is not None and hit[0] > self._clock() else None
+        """The GPU's entry while it is cached and fresh, else None; never reads the database."""
+        return self._peek(self._gpus, gpu_id)
 
     def generations(self, *, model: object = None, gpu: object = None) -> tuple[int, int] | None:
         """Which fill of the cached `model` and `gpu` entries an answer would use (0 for an inline
@@ -84,57 +97,86 @@ class SpecCache:
             numbers.append(hit[2])
         return numbers[0], numbers[1]
 
+    @contextmanager
+    def cached_only(self) -> Iterator[None]:
+        """Within the block, on this thread, a miss raises `NotCached` instead of reading the
+        database: how the event loop computes on cached entries without ever blocking."""
+        self._local.cached_only = True
+        try:
+            yield
+        finally:
+            self._local.cached_only = False
+
     def gpu(self, gpu_id: str, field: str = "gpu") -> CachedGpu:
         """The GPU's spec; a 422 naming `field` when the catalog has no such id."""
-        cached = self.peek_gpu(gpu_id)
-        if cached is not None:
-            return cached
-        with self._session_factory() as session:
-            row = session.get(GpuRow, gpu_id)
-            if row is None:
-                raise InvalidInput.at(field, f"no GPU with id {gpu_id!r} in the catalog")
-            fields = {name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id}
-            try:
-                spec = gpu_spec_from_fields(fields)
-            except SpecError as error:
-                raise invalid_spec(error, field) from None
-            cached = CachedGpu(
-                spec,
-                row.version,
-                row.price_per_gpu_hour_usd,
-                row.efficiency,
-                expected_error_pct(session, gpu_id, spec),
-            )
-        self._gpus[gpu_id] = (self._clock() + self._ttl_s, cached, next(self._fills))
-        return cached
+        return self._get(self._gpus, gpu_id, lambda session: _load_gpu(session, gpu_id, field))
 
     def model(self, model_id: str, field: str = "model") -> CachedModel:
         """The model's spec; a 422 naming `field` when the catalog has no such id."""
-        cached = self.peek_model(model_id)
-        if cached is not None:
-            return cached
-        with self._session_factory() as session:
-            row = session.get(ModelRow, model_id)
-            if row is None:
-                raise InvalidInput.at(field, f"no model with id {model_id!r} in the catalog")
-            fields = {name: getattr(row, name) for name in MODEL_FIELDS} | {"id": row.id}
-            try:
-                spec = model_spec_from_fields(fields)
-            except SpecError as error:
-                raise invalid_spec(error, field) from None
-            cached = CachedModel(spec, row.version, row.params_total, row.params_active)
-        self._models[model_id] = (self._clock() + self._ttl_s, cached, next(self._fills))
-        return cached
-
-    def covers(self, *, model: object = None, gpu: object = None) -> bool:
-        """True when every catalog id among `model` and `gpu` is cached and fresh (inline specs
-        and None need nothing): the caller can then resolve without touching the database."""
-        return self.generations(model=model, gpu=gpu) is not None
+        return self._get(
+            self._models, model_id, lambda session: _load_model(session, model_id, field)
+        )
 
     def invalidate(self, kind: str, entry_id: str) -> None:
+        """Drop the entry of `kind` (`gpu` or `model`) `entry_id`: its next use reads it again."""
         table: dict[str, Any] = self._gpus if kind == "gpu" else self._models
-        table.pop(entry_id, None)
+        with self._lock:
+            self._drops += 1
+            table.pop(entry_id, None)
 
-    def clear(self) -> None:
-        self._gpus.clear()
-        self._models.clear()
+    # internals
+
+    def _peek(self, table: dict[str, tuple[float, E, int]], entry_id: str) -> E | None:
+        hit = table.get(entry_id)
+        return hit[1] if hit is not None and hit[0] > self._clock() else None
+
+    def _get(
+        self,
+        table: dict[str, tuple[float, E, int]],
+        entry_id: str,
+        load: Callable[[Session], E],
+    ) -> E:
+        cached = self._peek(table, entry_id)
+        if cached is not None:
+            return cached
+        if getattr(self._local, "cached_only", False):
+            raise NotCached(entry_id)
+        drops = self._drops
+        with self._session_factory() as session:
+            entry = load(session)
+        with self._lock:
+            if self._drops == drops:  # no write dropped entries while this one was read
+                table[entry_id] = (self._clock() + self._ttl_s, entry, next(self._fills))
+        return entry
+
+
+def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
+    row = session.get(GpuRow, gpu_id)
+    if row is None:
+        raise InvalidInput.at(field, f"no GPU with id {gpu_id!r} in the catalog")
+    try:
+        spec = gpu_spec_from_fields(
+            {name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id}
+        )
+    except SpecError as error:
+        raise invalid_spec(error, field) from None
+    return CachedGpu(
+        spec,
+        row.version,
+        row.price_per_gpu_hour_usd,
+        row.efficiency,
+        expected_error_pct(session, gpu_id, spec),
+    )
+
+
+def _load_model(session: Session, model_id: str, field: str) -> CachedModel:
+    row = session.get(ModelRow, model_id)
+    if row is None:
+        raise InvalidInput.at(field, f"no model with id {model_id!r} in the catalog")
+    try:
+        spec = model_spec_from_fields(
+            {name: getattr(row, name) for name in MODEL_FIELDS} | {"id": row.id}
+        )
+    except SpecError as error:
+        raise invalid_spec(error, field) from None
+    return CachedModel(spec, row.version, row.params_total, row.params_active)

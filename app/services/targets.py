@@ -21,7 +21,7 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel
 from app.services.errors import InvalidInput
-from app.services.spec_cache import SpecCache
+from app.services.spec_cache import CachedGpu, SpecCache
 from app.services.specs import (
     efficiency_from_fields,
     gpu_spec_from_fields,
@@ -29,7 +29,15 @@ from app.services.specs import (
     model_spec_from_fields,
 )
 
-__all__ = ["EfficiencyMode", "Target", "resolve_target"]
+__all__ = [
+    "INLINE",
+    "EfficiencyMode",
+    "Target",
+    "resolve_gpu_spec",
+    "resolve_model",
+    "resolve_target",
+    "storage_format",
+]
 
 INLINE = "inline"
 
@@ -57,7 +65,20 @@ class Target:
     expected_error_pct: Mapping[str, float] = field(default_factory=dict)
 
 
-def _model(cache: SpecCache, model: str | Mapping[str, Any]) -> tuple[ModelSpec, str, int | None]:
+def storage_format(field: str, name: str) -> DType:
+    """The format `name`; a 422 naming `field` when there is no such format."""
+    try:
+        return DType(name)
+    except ValueError:
+        formats = ", ".join(d.value for d in DType)
+        raise InvalidInput.at(field, f"unknown format {name!r}; one of {formats}") from None
+
+
+def resolve_model(
+    cache: SpecCache, model: str | Mapping[str, Any]
+) -> tuple[ModelSpec, str, int | None]:
+    """The model's spec, its catalog id (`inline` for an inline spec) and catalog version; a
+    422 naming `model` when the id is unknown or the architecture impossible."""
     if isinstance(model, str):
         cached = cache.model(model, "model")
         return cached.spec, model, cached.version
@@ -65,6 +86,20 @@ def _model(cache: SpecCache, model: str | Mapping[str, Any]) -> tuple[ModelSpec,
         return model_spec_from_fields(model), INLINE, None
     except SpecError as error:
         raise invalid_spec(error, "model") from None
+
+
+def resolve_gpu_spec(
+    cache: SpecCache, gpu: str | Mapping[str, Any]
+) -> tuple[GpuSpec, str, CachedGpu | None]:
+    """The GPU's spec, its catalog id (`inline` for an inline spec) and its cache entry (None
+    inline); a 422 naming `gpu` when the id is unknown or the figures impossible."""
+    if isinstance(gpu, str):
+        cached = cache.gpu(gpu, "gpu")
+        return cached.spec, gpu, cached
+    try:
+        return gpu_spec_from_fields(gpu), INLINE, None
+    except SpecError as error:
+        raise invalid_spec(error, "gpu") from None
 
 
 def resolve_target(
@@ -78,22 +113,16 @@ def resolve_target(
     efficiency: str | Mapping[str, Any] = EfficiencyMode.CALIBRATED,
 ) -> Target:
     """Resolve ids and inline specs; a 422 names the request field behind any impossibility."""
-    model_spec, model_id, model_version = _model(cache, model)
+    model_spec, model_id, model_version = resolve_model(cache, model)
+    gpu_spec, gpu_id, cached = resolve_gpu_spec(cache, gpu)
     extras: dict[str, Any] = {}
-    if isinstance(gpu, str):
-        cached = cache.gpu(gpu, "gpu")
-        gpu_spec, gpu_id = cached.spec, gpu
+    if cached is not None:
         extras = {
             "gpu_version": cached.version,
             "price_per_gpu_hour_usd": cached.price_per_gpu_hour_usd,
             "calibration_id": (cached.efficiency_fields or {}).get("calibration_id"),
             "expected_error_pct": cached.expected_error_pct,
         }
-    else:
-        try:
-            gpu_spec, gpu_id = gpu_spec_from_fields(gpu), INLINE
-        except SpecError as error:
-            raise invalid_spec(error, "gpu") from None
 
     if isinstance(efficiency, Mapping):
         mode = EfficiencyMode.CUSTOM
@@ -113,12 +142,14 @@ def resolve_target(
             chosen = gpu_spec.efficiency
 
     try:
-        deployment = Deployment(tp=tp, weight_dtype=DType(weight_dtype), kv_dtype=DType(kv_dtype))
+        deployment = Deployment(
+            tp=tp,
+            weight_dtype=storage_format("weight_dtype", weight_dtype),
+            kv_dtype=storage_format("kv_dtype", kv_dtype),
+        )
         cost = StepCostModel(model_spec, gpu_spec, deployment, chosen)
     except SpecError as error:
         raise invalid_spec(error) from None
-    except ValueError as error:  # an unknown format name
-        raise InvalidInput.at("weight_dtype", str(error)) from None
     return Target(
         model=model_spec,
         gpu=gpu_spec,

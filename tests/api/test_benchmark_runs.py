@@ -406,6 +406,22 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
         "must be null",
     ),
     ("zero batch", _mutated("points.0.batch_size", 0), "points.0.batch_size", ""),
+    # Past a 32-bit column: it used to reach the INSERT and come back a 500.
+    (
+        "batch beyond int32",
+        _mutated("points.0.batch_size", 2**31),
+        "points.0.batch_size",
+        "2147483647",
+    ),
+    ("repeats beyond int32", _mutated("points.1.repeats", 10**30), "points.1.repeats", "at most"),
+    # Beyond its String(64) column, or with a NUL: PostgreSQL refused the INSERT with a 500.
+    ("gpu id too long", _mutated("gpu", "g" * 65), "gpu", "at most 64"),
+    (
+        "NUL in the device",
+        _mutated("environment.device_name", "cpu\x00"),
+        "environment.device_name",
+        "NUL",
+    ),
     ("unknown phase", _mutated("points.0.phase", "warmup"), "points.0.phase", ""),
     (
         "prompt beyond the model's context",

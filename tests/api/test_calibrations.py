@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 import app.services.calibration as calibration_service
 from app.catalog.db import make_engine
@@ -161,11 +161,11 @@ def test_runs_that_cannot_be_used_are_422_naming_them(
     fp8 = upload(client, fp8_on_a100 | {"microbenchmarks": run_document()["microbenchmarks"]})
     state = _all_state(settings.database_url)
     cases: list[tuple[dict[str, Any], str, str]] = [
-        ({"run_ids": ["run-000000000000"]}, "run_ids[0]", "no benchmark run"),
-        ({"run_ids": [SEED_RUN, other_gpu["id"]]}, "run_ids[1]", "h100-sxm5-80gb"),
-        ({"run_ids": [SEED_RUN, SEED_RUN]}, "run_ids[1]", "repeats run_ids[0]"),
-        ({"run_ids": [no_times["id"]]}, "run_ids[0]", "no measured point"),
-        ({"run_ids": [fp8["id"]]}, "run_ids[0]", "no fp8 compute"),
+        ({"run_ids": ["run-000000000000"]}, "run_ids.0", "no benchmark run"),
+        ({"run_ids": [SEED_RUN, other_gpu["id"]]}, "run_ids.1", "h100-sxm5-80gb"),
+        ({"run_ids": [SEED_RUN, SEED_RUN]}, "run_ids.1", "repeats run_ids[0]"),
+        ({"run_ids": [no_times["id"]]}, "run_ids.0", "no measured point"),
+        ({"run_ids": [fp8["id"]]}, "run_ids.0", "no fp8 compute"),
         ({"run_ids": []}, "run_ids", ""),
         ({"run_ids": [SEED_RUN], "parameters": ["flops"]}, "parameters.0", ""),
         ({"run_ids": [SEED_RUN], "parameters": []}, "parameters", ""),
@@ -217,3 +217,34 @@ def test_deleting_a_gpu_deletes_its_calibrations_but_not_the_runs(
     report = client.get(f"/v1/benchmark-runs/{SEED_RUN}/validation")
     assert report.status_code == 422  # no catalog GPU, no microbenchmarks: nothing to compare
     assert report.json()["errors"][0]["field"] == "microbenchmarks"
+
+
+@pytest.mark.postgres
+def test_no_transaction_is_held_open_during_the_fit(
+    postgres_client: TestClient, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fit is CPU work: the request's connection must not sit idle in a transaction (and
+    hold its snapshot and locks) while it runs. Only PostgreSQL opens one for reads."""
+    idle_in_transaction: list[int] = []
+
+    def fit_and_look(
+        points: Sequence[CalibrationPoint], start: Efficiency, parameters: Sequence[FitParameter]
+    ) -> CalibrationResult:
+        engine = make_engine(postgres_url)
+        try:
+            with engine.connect() as connection:
+                idle_in_transaction.append(
+                    connection.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND state LIKE 'idle in transaction%'"
+                        )
+                    ).scalar_one()
+                )
+        finally:
+            engine.dispose()
+        return fit_efficiency(points, start, parameters)
+
+    monkeypatch.setattr(calibration_service, "fit_efficiency", fit_and_look)
+    assert _calibrate(postgres_client, {"run_ids": [SEED_RUN]}).status_code == 201
+    assert idle_in_transaction == [0]

@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from app.catalog.db import make_engine, make_session_factory
 from app.catalog.orm import GpuRow
 from app.services import catalog
-from app.services.errors import PreconditionFailed
+from app.services.errors import AlreadyExists, PreconditionFailed
 from app.settings import Settings
+from tests.api.catalog_helpers import new_model
 from tests.conftest import AUTH
 
 WRITERS = 8
@@ -113,3 +114,42 @@ def test_both_read_before_either_writes(
         assert outcomes == {"a": "won", "b": "won"}
         assert version == 3  # the loser re-read version 2 and applied its patch on top
         assert note == "a"  # writer a's other field survived writer b's patch
+
+
+def test_racing_creates_of_one_id_are_one_201_and_409s(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both writers find the id free before either inserts: the loser's INSERT meets the
+    winner's row, and that is a 409, not an IntegrityError's 500."""
+    both_checked = threading.Barrier(2, timeout=10)
+    real_columns = catalog.CatalogEntries.columns
+
+    def columns_then_wait(self, fields, entry_id):  # type: ignore[no-untyped-def]
+        both_checked.wait()  # create() calls it after the existence check, before the insert
+        return real_columns(self, fields, entry_id)
+
+    monkeypatch.setattr(catalog.CatalogEntries, "columns", columns_then_wait)
+    engine = make_engine(settings.database_url)
+    factory = make_session_factory(engine)
+    outcomes: list[str] = []
+
+    def writer() -> None:
+        with factory() as session:
+            try:
+                catalog.model_entries(session).create("raced-model", _model_fields())
+                session.commit()
+                outcomes.append("created")
+            except AlreadyExists:
+                outcomes.append("409")
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    engine.dispose()
+    assert sorted(outcomes) == ["409", "created"]
+
+
+def _model_fields() -> dict[str, object]:
+    return {name: value for name, value in new_model().items() if name != "id"}

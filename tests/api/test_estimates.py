@@ -327,7 +327,7 @@ def test_calibrated_is_never_faster_than_ideal(client: TestClient) -> None:
         (
             "/v1/estimates/prefill",
             {**BASE, "prompt_tokens": 100, "efficiency": {"gemm": 2, "attention": 1, "memory": 1}},
-            "efficiency.EfficiencyOverride.gemm",
+            "efficiency.gemm",
         ),
         (
             "/v1/estimates/prefill",
@@ -385,3 +385,73 @@ def test_memo_never_outlives_the_catalog_entry(client: TestClient) -> None:
     after = _post(client, "/v1/estimates/decode", body)
     assert memo.hits == hits  # recomputed from the refilled entry
     assert after["tpot_ms"] == before["tpot_ms"]
+
+
+def test_union_errors_name_the_body_field_only(client: TestClient) -> None:
+    """An inline spec sent as `model` is refused at `model.<field>`: not at the name of the union
+    member pydantic tried (`model.ModelArchitecture.num_layers`), and not also as "not a string"."""
+    inline = {
+        "num_layers": 0,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_kv_heads": 4,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "ffn_type": "gated",
+        "vocab_size": 100,
+    }
+    response = client.post(
+        "/v1/estimates/prefill", json={**BASE, "model": inline, "prompt_tokens": 8}
+    )
+    assert response.status_code == 422
+    fields = sorted(error["field"] for error in response.json()["errors"])
+    assert fields == ["model.max_context_tokens", "model.num_layers"]
+    neither = client.post("/v1/estimates/prefill", json={**BASE, "model": 7, "prompt_tokens": 8})
+    assert {error["field"] for error in neither.json()["errors"]} == {"model"}
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        (b'"ttft_slo_ms": Infinity', "ttft_slo_ms"),
+        (b'"tpot_slo_ms": NaN', "tpot_slo_ms"),
+        (b'"ttft_slo_ms": 1e999', "ttft_slo_ms"),
+        (b'"efficiency": {"gemm": 1e-300, "attention": 1, "memory": 1}', "efficiency.gemm"),
+    ],
+)
+def test_non_finite_and_vanishing_figures_are_422(
+    client: TestClient, content: bytes, field: str
+) -> None:
+    body = b'{"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", ' + content + b"}"
+    response = client.post(
+        "/v1/estimates/tp-feasibility",
+        content=body,
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
+    assert [error["field"] for error in response.json()["errors"]] == [field]
+
+
+def test_an_inline_gpu_too_slow_to_time_is_422_not_a_null_ttft(client: TestClient) -> None:
+    """1e-300 B/s used to pass `gt=0`, overflow the time to infinity and serialise `ttft_ms` as
+    null, a field the contract says is a number."""
+    gpu = {
+        "memory_bytes": 80 * 2**30,
+        "memory_bandwidth_bytes_per_s": 1e-300,
+        "peak_flops_per_s": {"bf16": 1e15},
+        "interconnect": {"kind": "nvlink4", "bandwidth_bytes_per_s": 9e11},
+    }
+    response = client.post(
+        "/v1/estimates/prefill", json={**BASE, "gpu": gpu, "prompt_tokens": 4096}
+    )
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["gpu.memory_bandwidth_bytes_per_s"]
+
+
+def test_tp_feasibility_ignores_tp(client: TestClient) -> None:
+    """`tp` is documented as ignored here: 3 does not divide Llama-3-8B's 32 heads, and the
+    request still assesses its candidates."""
+    answer = _post(
+        client, "/v1/estimates/tp-feasibility", {**BASE, "tp": 3, "tp_candidates": [1, 2]}
+    )
+    assert [c["tp"] for c in answer["candidates"]] == [1, 2]

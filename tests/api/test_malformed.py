@@ -301,6 +301,30 @@ CASES = [
         "negative offset", "GET", "/v1/models", 422, params={"offset": "-1"}, error_field="offset"
     ),
     Case(
+        "filter beyond a 64-bit column",  # used to reach the database and come back a 500
+        "GET",
+        "/v1/gpus",
+        422,
+        params={"min_memory_bytes": str(10**20)},
+        error_field="min_memory_bytes",
+    ),
+    # PostgreSQL cannot store a NUL in text, nor compare with one: these were 500s there.
+    Case("NUL in a name", "POST", "/v1/gpus", 422, _gpu(name="H\x00100"), error_field="name"),
+    Case(
+        "NUL in an alias", "POST", "/v1/gpus", 422, _gpu(aliases=["H\x00"]), error_field="aliases"
+    ),
+    Case(
+        "NUL in a filter", "GET", "/v1/gpus", 422, params={"vendor": "nv\x00"}, error_field="vendor"
+    ),
+    Case(
+        "published params beyond a 64-bit column",
+        "POST",
+        "/v1/models",
+        422,
+        _model(published_params=10**20),
+        error_field="published_params",
+    ),
+    Case(
         "no api key",
         "POST",
         "/v1/models",

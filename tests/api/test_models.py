@@ -108,3 +108,27 @@ def test_hf_import_missing_field(client: TestClient) -> None:
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == "config.num_hidden_layers"
     assert client.get("/v1/models/broken").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("fixture", "key", "value", "field"),
+    [
+        # Within what the config parser takes, beyond the catalog's bound (1,000 layers): the
+        # import is checked as a POST is, so no entry is stored that its read schema refuses.
+        ("llama-3-8b", "num_hidden_layers", 5000, "config.num_hidden_layers"),
+        ("llama-3-8b", "max_position_embeddings", 10**12, "config.max_position_embeddings"),
+        ("mixtral-8x7b", "num_local_experts", 10**6, "config.num_local_experts"),
+        # Refused before the parser walks the layers (a Qwen3-MoE config walks each one).
+        ("qwen3-30b-a3b", "num_hidden_layers", 10**30, "config.num_hidden_layers"),
+    ],
+)
+def test_hf_import_is_bounded_as_the_catalog_is(
+    client: TestClient, fixture: str, key: str, value: int, field: str
+) -> None:
+    config = json.loads((FIXTURES / f"{fixture}.json").read_text()) | {key: value}
+    response = client.post(
+        "/v1/models/hf-import", params={"id": "too-big"}, json=config, headers=AUTH
+    )
+    assert response.status_code == 422, response.text
+    assert [error["field"] for error in response.json()["errors"]] == [field]
+    assert client.get("/v1/models/too-big").status_code == 404

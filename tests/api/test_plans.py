@@ -237,11 +237,27 @@ def problem_fields(response: Any) -> list[str]:
 BAD: list[tuple[dict[str, Any], str]] = [
     ({"traffic": dict(PLAN["traffic"], requests_per_s=-1)}, "traffic.requests_per_s"),
     ({"traffic": dict(PLAN["traffic"], requests_per_s=0)}, "traffic.requests_per_s"),
+    ({"traffic": dict(PLAN["traffic"], requests_per_s=1e-300)}, "traffic.requests_per_s"),
+    # A p99 needs 100 requests; a trace's own rate must be plannable.
+    ({"traffic": {"trace": [[0.1 * i, 2048, 256] for i in range(99)]}}, "traffic.trace"),
+    ({"traffic": {"trace": [[1e-300 * i, 2048, 256] for i in range(100)]}}, "traffic.trace"),
+    ({"traffic": {"trace": [[0.1 * i, 9000, 256] for i in range(100)]}}, "traffic.trace"),
+    (
+        {
+            "gpus": None,
+            "tp_candidates": [1, 2, 4, 8],
+            "weight_dtypes": ["bf16", "fp8", "int4", "int8"],
+            "kv_dtypes": ["bf16", "fp8"],
+            "max_num_seqs": [128, 256],
+            "chunk_tokens": [512, 2048],
+        },
+        "candidates",
+    ),
     ({"gpus": []}, "gpus"),
     ({"slo": {"ttft_p99_ms": 0, "tpot_p99_ms": 50}}, "slo.ttft_p99_ms"),
     ({"slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 0}}, "slo.tpot_p99_ms"),
-    ({"gpus": ["mi325x-256gb"]}, "gpus[0]"),  # no price in the catalog, none given
-    ({"gpus": ["h100-sxm5-80gb", "no-such-gpu"]}, "gpus[1]"),
+    ({"gpus": ["mi325x-256gb"]}, "gpus.0"),  # no price in the catalog, none given
+    ({"gpus": ["h100-sxm5-80gb", "no-such-gpu"]}, "gpus.1"),
     ({"price_overrides": {"no-such-gpu": 1.0}}, "price_overrides.no-such-gpu"),
     ({"price_overrides": {"h100-sxm5-80gb": -1.0}}, "price_overrides.h100-sxm5-80gb"),
     ({"tp_candidates": []}, "tp_candidates"),
@@ -267,7 +283,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
                 ],
             }
         },
-        "slo.ttft_p99_ms_by_prompt_tokens[1].max_prompt_tokens",
+        "slo.ttft_p99_ms_by_prompt_tokens.1.max_prompt_tokens",
     ),
     ({"probe_requests": 10}, "probe_requests"),
     ({"unexpected": True}, "unexpected"),

@@ -142,6 +142,31 @@ def test_a_histogram_workload_and_an_unsorted_trace(client: TestClient) -> None:
     ("changes", "field"),
     [
         ({"workload": dict(BODY["workload"], requests_per_s=-1)}, "workload.requests_per_s"),
+        # So slow that arrival times swamp step times in float64 (latencies would read 0).
+        ({"workload": dict(BODY["workload"], requests_per_s=1e-300)}, "workload.requests_per_s"),
+        ({"workload": None, "trace": [[1e300, 100, 10]]}, "trace.0.0"),
+        # Lengths beyond the model's 8,192-token context.
+        (
+            {
+                "workload": dict(
+                    BODY["workload"], output_tokens={"edges_tokens": [100, 100_001], "weights": [1]}
+                )
+            },
+            "workload.output_tokens.edges_tokens",
+        ),
+        ({"workload": None, "trace": [[0.0, 100, 10], [1.0, 9000, 10]]}, "trace"),
+        # Too much work, refused before running: 200,000 x 7,999 decode tokens at 16 a step.
+        (
+            {
+                "scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 2048},
+                "workload": dict(
+                    BODY["workload"],
+                    num_requests=200_000,
+                    output_tokens={"p50": 8000, "p90": 8000, "p99": 8000},
+                ),
+            },
+            "workload",
+        ),
         (
             {
                 "workload": dict(

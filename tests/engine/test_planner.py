@@ -32,9 +32,20 @@ from app.engine.planning import (
     plan_capacity,
 )
 from app.engine.planning.analysis import LoadStats, capacity_bound, lone_prefill_seconds
+from app.engine.planning.planner import _replicas_below
 from app.engine.planning.probes import build_sample
 from app.engine.simulator import SchedulerConfig, StepTimer, simulate
-from app.engine.specs import Deployment, Efficiency, GpuSpec, InterconnectSpec, ModelSpec, SpecError
+from app.engine.specs import (
+    Deployment,
+    Efficiency,
+    FfnType,
+    GpuSpec,
+    InterconnectSpec,
+    ModelSpec,
+    MoeSpec,
+    SpecError,
+)
+from app.engine.step_cost import StepCostModel
 from app.engine.step_load import StepLoad
 from app.engine.workload import HistogramLengths, PercentileLengths, PoissonWorkload, Trace
 from tests.engine.test_counting import A100, H100, LLAMA3_8B, LLAMA3_70B
@@ -193,6 +204,133 @@ def test_lone_prefill_is_the_sum_of_its_chunks() -> None:
     # 3000 * 3001 / 2 = 4,501,500.
     expected = 3 * A_S + 3000 * B_S + 1e-9 * 4_501_500
     assert lone_prefill_seconds(timer, 3000, 1024) == pytest.approx(expected, rel=EXACT)
+    # The engine's timer is summed in closed form: the same as timing each chunk.
+    cost = StepCostModel(LLAMA3_8B, H100, Deployment(), EFFICIENCY)
+    chunks = [
+        StepLoad(
+            prefill_tokens=q,
+            prefill_chunks=1,
+            prefill_attention_pairs=float(q * c + q * (q + 1) // 2),
+            prefill_kv_tokens=c + q,
+        )
+        for c, q in ((0, 1024), (1024, 1024), (2048, 952))
+    ]
+    looped = sum(cost.seconds(load) for load in chunks)
+    assert lone_prefill_seconds(cost, 3000, 1024) == pytest.approx(looped, rel=EXACT)
+
+
+# A fine-grained mixture of experts (Qwen3-30B-A3B's shape: 128 experts, 8 per token).
+FINE_MOE = ModelSpec(
+    num_layers=48,
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=6144,
+    ffn_type=FfnType.GATED,
+    vocab_size=151936,
+    max_context_tokens=40960,
+    moe=MoeSpec(num_experts=128, experts_per_token=8, expert_intermediate_size=768),
+    id="fine-moe",
+)
+
+
+def naive_bound(timer: StepTimer, stats: LoadStats, chunk: int, decodes: float) -> float:
+    """The Jensen bound without the mixture-of-experts correction: 1 / (sigma f(mean load))."""
+    steps = max((stats.prompt_tokens + stats.decode_tokens) / chunk, stats.decode_tokens / decodes)
+    load = StepLoad(
+        prefill_tokens=math.floor(stats.prompt_tokens / steps),
+        prefill_attention_pairs=stats.prefill_pairs / steps,
+        prefill_kv_tokens=math.floor(stats.prompt_tokens / steps),
+        decode_seqs=math.floor(stats.decode_tokens / steps),
+        decode_context_tokens=math.floor(stats.decode_context_tokens / steps),
+    )
+    return 1 / (steps * timer.seconds(load))
+
+
+def test_the_capacity_bound_holds_for_a_mixture_of_experts_replica() -> None:
+    # A KV cache of 12 sequences: decode-only steps carry 12 tokens and read the weights of the
+    # ~68 experts those touch, prefill steps 2,048 tokens and all 128. A step's time is concave
+    # in its tokens there, so the mean step overstates the work: the uncorrected bound is below
+    # what the replica really completes. The bound uses the convex minorant and stays above it.
+    timer = StepCostModel(
+        FINE_MOE, L40S, Deployment(weight_dtype=DType.FP8, kv_dtype=DType.FP8), EFFICIENCY
+    )
+    sample = build_sample(Traffic(1.0, constant(4000), constant(256)), 300, seed=0)
+    stats = LoadStats.of(sample)
+    kv_tokens = 12 * 4256 // 16 * 16
+    bound = capacity_bound(
+        timer, stats, chunk_tokens=2048, max_num_seqs=256, kv_capacity_tokens=kv_tokens
+    )
+    overloaded = simulate(
+        sample.trace(10 * bound),
+        timer,
+        kv_capacity_tokens=kv_tokens,
+        scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048),
+    )
+    served = overloaded.requests_per_s  # completions over the whole run, tail included
+    assert served > 1.3 * naive_bound(timer, stats, 2048, kv_tokens / stats.mean_decode_context)
+    assert served <= bound
+    # A dense model is convex: there the correction is nothing.
+    dense = StepCostModel(LLAMA3_8B, H100, Deployment(), EFFICIENCY)
+    assert capacity_bound(
+        dense, stats, chunk_tokens=2048, max_num_seqs=256, kv_capacity_tokens=kv_tokens
+    ) == pytest.approx(naive_bound(dense, stats, 2048, kv_tokens / stats.mean_decode_context))
+
+
+def test_a_one_token_chunk_has_a_finite_bound_and_is_planned() -> None:
+    # Chunks of one token: a mean step carries less than one prompt and one decode token, which
+    # round down to an empty step. The bound falls back to "every step takes at least a
+    # one-token step" and stays finite, so the search sizes the candidate instead of probing
+    # one replica at the whole demand and calling it unreachable.
+    traffic = Traffic(10.0, constant(16), constant(4))
+    cost = StepCostModel(LLAMA3_8B, H100, Deployment(), EFFICIENCY)
+    sample = build_sample(traffic, 200, seed=0)
+    bound = capacity_bound(
+        cost, LoadStats.of(sample), chunk_tokens=1, max_num_seqs=1, kv_capacity_tokens=10**6
+    )
+    one_token_s = cost.seconds(StepLoad(decode_seqs=1, decode_context_tokens=1))
+    assert math.isfinite(bound) and bound <= 1 / (19 * one_token_s) * (1 + EXACT)
+    options = PlanOptions(
+        tp_candidates=(1,),
+        dtype_pairs=((DType.BF16, DType.BF16),),
+        chunk_tokens_candidates=(1,),
+        probe_requests=200,
+    )
+    plan = plan_capacity(
+        LLAMA3_8B, [GpuOffer(H100, PRICE, EFFICIENCY)], traffic, Slo(5000, 1000), options
+    )
+    (candidate,) = plan.candidates
+    assert candidate.status is CandidateStatus.PLANNED, candidate.reasons
+    assert candidate.max_num_seqs == 1 and candidate.replicas is not None
+    assert candidate.replicas >= math.ceil(12.0 / bound)
+
+
+def test_confirming_with_longer_probes_never_plans_fewer_replicas() -> None:
+    # 30 requests/s of the hand-checked traffic: 36 with headroom over replicas of ~9.9 each.
+    traffic = replace(TRAFFIC, requests_per_s=30.0)
+    short = plan_capacity(LLAMA3_8B, [GpuOffer(H100, PRICE)], traffic, SLO, HAND)
+    confirmed = plan_capacity(
+        LLAMA3_8B, [GpuOffer(H100, PRICE)], traffic, SLO, replace(HAND, confirm_requests=10_000)
+    )
+    (plain,) = short.candidates
+    (checked,) = confirmed.candidates
+    assert plain.replicas is not None and checked.replicas is not None
+    assert checked.replicas >= plain.replicas
+    assert checked.simulations > plain.simulations
+    assert any("confirmed with 10000 requests" in note for note in confirmed.notes)
+    # The rate reported is one the longer probes meet: it agrees with the replica count.
+    assert checked.max_requests_per_s_per_replica is not None
+    assert math.ceil(36.0 / checked.max_requests_per_s_per_replica) == checked.replicas
+
+
+def test_the_cost_threshold_counts_replicas_strictly_below_it() -> None:
+    for price in (0.1, 0.7, 1.09, 3.49, 2.59 * 8):
+        for k in range(1, 40):
+            threshold = k * price  # rounded: may be a hair above or below k x price
+            below = _replicas_below(threshold, price)
+            assert below * price < threshold <= (below + 1) * price
+    assert _replicas_below(math.inf, 1.0) > 10**15
 
 
 def test_headroom_and_traffic_scale_the_analytic_minimum() -> None:
@@ -261,6 +399,27 @@ def test_infeasible_candidates_say_why() -> None:
     )
     costs = [c.cost_per_hour_usd or 0.0 for c in plan.candidates if c.feasible]
     assert costs == sorted(costs) and len(costs) >= 2
+
+
+def test_requests_the_kv_cache_cannot_hold_are_a_caveat() -> None:
+    # 0.5 % of the prompts are longer than a replica's whole KV cache: within the 1 % a p99
+    # tolerates, so the candidate is planned, but it says those requests cannot be served.
+    kv_plan = memory_plan(
+        LLAMA3_8B, H100, Deployment(), max_num_batched_tokens=CHUNK, max_num_seqs=256
+    )
+    kv_tokens = int(kv_plan.kv_pool_bytes / kv_plan.kv_bytes_per_token) // 16 * 16
+    prompts = HistogramLengths((2048, 2049, kv_tokens + 1, kv_tokens + 2), (0.995, 0.0, 0.005))
+    traffic = Traffic(10.0, prompts, constant(OUTPUT))
+    plan = plan_capacity(LLAMA3_8B, [GpuOffer(H100, PRICE)], traffic, SLO, HAND)
+    (candidate,) = plan.candidates
+    assert candidate.status is CandidateStatus.PLANNED
+    assert any("cannot be served on it" in reason for reason in candidate.reasons)
+    # The hand-checked case's cache holds ~213 sequences at 2,176 tokens: below max_num_seqs.
+    (hand,) = hand_plan().candidates
+    assert any(
+        reason.startswith("KV-limited batch: the cache holds about 213 sequences")
+        for reason in hand.reasons
+    ), hand.reasons
 
 
 def test_tp_beyond_the_kv_heads_is_planned_and_reported() -> None:
@@ -333,6 +492,21 @@ def test_per_bucket_ttft_slos_are_checked_on_their_own_prompts() -> None:
     alone = plan(TtftBucket(1000, 10))
     assert alone.status is CandidateStatus.INFEASIBLE and alone.simulations == 0
     assert "the p99 of prompts up to 1000 tokens" in alone.reasons[0]
+
+
+def test_a_bucket_with_few_probe_requests_says_its_p99_is_about_its_maximum() -> None:
+    prompts = HistogramLengths(edges_tokens=(100, 200, 2000, 2100), weights=(0.97, 0.0, 0.03))
+    slo = Slo(5000, 50, (TtftBucket(1000, 2000), TtftBucket(4096, 3000)))
+    plan = plan_capacity(
+        LLAMA3_8B,
+        [GpuOffer(H100, PRICE)],
+        Traffic(4.0, prompts, constant(64)),
+        slo,
+        replace(HAND, probe_requests=1000),
+    )
+    (note,) = [n for n in plan.notes if n.startswith("only ")]
+    assert "have prompts in (1000, 4096] tokens" in note  # some 30 of 1,000
+    assert not any("(0, 1000]" in n for n in plan.notes)
 
 
 # -- Disaggregated pools ----------------------------------------------------------------------
@@ -469,6 +643,32 @@ def test_pruning_never_changes_the_best_plan() -> None:
         (lambda: PlanOptions(headroom=-0.1), "headroom"),
         (lambda: GpuOffer(H100, 0.0), "price_per_gpu_hour_usd[h100-sxm5-80gb]"),
         (lambda: plan_capacity(LLAMA3_8B, [], TRAFFIC, SLO, HAND), "gpus"),
+        (lambda: PlanOptions(max_simulated_steps=0), "max_simulated_steps"),
+        (
+            lambda: plan_capacity(
+                LLAMA3_8B,
+                [GpuOffer(replace(H100, id=f"gpu-{i}"), PRICE) for i in range(65)],
+                TRAFFIC,
+                SLO,
+                replace(
+                    HAND,
+                    tp_candidates=(1, 2, 4, 8),
+                    dtype_pairs=((DType.BF16, DType.BF16), (DType.FP8, DType.FP8)),
+                    chunk_tokens_candidates=(512, 1024),
+                ),
+            ),
+            "candidates",  # 65 GPUs x 4 tp x 2 formats x 2 chunks = 1,040 > 1,024
+        ),
+        (
+            lambda: plan_capacity(
+                LLAMA3_8B,
+                [GpuOffer(H100, PRICE)],
+                TRAFFIC,
+                SLO,
+                replace(HAND, max_simulated_steps=1000),
+            ),
+            "probe_requests",  # one probe of 3,000 requests takes some 20,000 steps
+        ),
     ],
 )
 def test_impossible_input_names_the_field(build: object, field: str) -> None:

@@ -6,16 +6,20 @@ the test. Exact results (a deterministic schedule) use a relative tolerance of 1
 rounding; statistical ones (Poisson queues) say how wide their tolerance is and why.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
+from app.engine.memory import MemoryPlan
 from app.engine.simulator import (
     QUEUE_SAMPLES,
     SchedulerConfig,
     SimulationResult,
+    SimulationTooLong,
     UnchunkedPolicy,
+    kv_capacity_tokens,
+    minimum_steps,
     simulate,
 )
 from app.engine.specs import SpecError
@@ -476,6 +480,52 @@ def test_interpolated_decode_steps_match_calling_the_timer_every_step() -> None:
     assert curved_fast.e2e_ms.p50 == pytest.approx(curved.e2e_ms.p50, rel=1e-3)
 
 
+def test_the_work_of_a_run_is_bounded() -> None:
+    timer = LinearTimer(base_s=0.005, per_token_s=2e-5, per_context_s=1e-8)
+    # 10 lone requests of 5 prompt and 100 output tokens, far apart: 10 x 100 steps exactly.
+    lone = evenly(10, 100.0, 5, 100)
+    assert minimum_steps(lone, SchedulerConfig()) == 100  # one request's own tokens
+    assert simulate(lone, timer, kv_capacity_tokens=BIG_KV, max_steps=1000).steps == 1000
+    with pytest.raises(SimulationTooLong) as stopped:
+        simulate(lone, timer, kv_capacity_tokens=BIG_KV, max_steps=999)
+    assert stopped.value.field == "max_steps" and "before serving every request" in str(
+        stopped.value
+    )
+    # Refused before running when the lengths alone need more: 990 decode tokens over at most
+    # 4 decodes a step need 248 steps; 1,040 tokens over a budget of 8 a step, 130.
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=8)
+    assert minimum_steps(lone, config) == 248
+    with pytest.raises(SimulationTooLong, match="needs at least 248 steps"):
+        simulate(lone, timer, kv_capacity_tokens=BIG_KV, scheduler=config, max_steps=247)
+    # Requests the KV cache rejects are not served, so they do not count.
+    rejected = Trace.from_rows([(0.0, 10, 5), (0.5, 100_000, 100_000)])
+    run = simulate(rejected, timer, kv_capacity_tokens=10_000, max_steps=5)
+    assert run.steps == 5 and run.rejected_requests == 1
+    # A lower bound: busy runs take at least that many steps.
+    for scheduler in (
+        SchedulerConfig(),
+        SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=64),
+    ):
+        trace = busy_workload().trace(seed=3)
+        run = simulate(trace, timer, kv_capacity_tokens=300_000, scheduler=scheduler)
+        assert minimum_steps(trace, scheduler) <= run.steps
+
+
+def test_kv_capacity_is_whole_blocks_of_the_pool() -> None:
+    plan = MemoryPlan(
+        memory_bytes=80 * 10**9,
+        usable_bytes=72e9,
+        weights_bytes=16e9,
+        activation_reserve_bytes=1e9,
+        kv_pool_bytes=1_000_000.0,
+        kv_bytes_per_token=131072.0,
+    )
+    assert kv_capacity_tokens(plan, 1) == 7  # 1e6 / 131,072 = 7.6 tokens
+    assert kv_capacity_tokens(plan, 4) == 4
+    assert kv_capacity_tokens(plan, 16) == 0
+    assert kv_capacity_tokens(replace(plan, kv_pool_bytes=-5e9), 16) == 0
+
+
 def test_impossible_setups_name_their_field() -> None:
     trace = evenly(3, 1.0, 10, 2)
     timer = LinearTimer(base_s=0.01)
@@ -493,3 +543,6 @@ def test_impossible_setups_name_their_field() -> None:
     with pytest.raises(SpecError) as error:
         simulate(trace, LinearTimer(base_s=0.0), kv_capacity_tokens=BIG_KV)
     assert error.value.field == "timer"
+    with pytest.raises(SpecError) as error:
+        simulate(trace, timer, kv_capacity_tokens=BIG_KV, max_steps=0)
+    assert error.value.field == "max_steps"

@@ -4,29 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
-from app.api.deps import ApiKeyDep, SessionDep
+from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, SessionDep, read_json
 from app.api.schemas.benchmark_runs import (
     BenchmarkRunPage,
     BenchmarkRunRead,
     BenchmarkRunSummary,
-    EfficiencyValues,
     GpuBasisRead,
     PhaseValidationRead,
     PointValidationRead,
     RunValidationRead,
 )
-from app.api.schemas.common import problem_responses
+from app.api.schemas.common import ID_PATTERN, NO_NUL, problem_responses
+from app.api.schemas.gpus import EfficiencyValues
 from app.bench.schema import RunDocument
 from app.catalog.runs import BenchmarkRunRow
 from app.services.benchmark_runs import get_run, list_runs, store_run
 from app.services.calibration import efficiency_document
-from app.services.validation import validate_run
+from app.services.validation import RunValidation, validate_run
 
 router = APIRouter(prefix="/v1", tags=["benchmark runs"])
 
-_RUN_ID = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Benchmark run id.")
+_RUN_ID = Path(pattern=ID_PATTERN, description="Benchmark run id.")
 
 
 def _read(row: BenchmarkRunRow) -> BenchmarkRunRead:
@@ -80,28 +80,27 @@ def upload_run(
 @router.get(
     "/benchmark-runs",
     response_model=BenchmarkRunPage,
-    summary="List benchmark runs",
+    summary="List benchmark runs, newest first",
     responses=problem_responses(422),
 )
-def list_runs_route(
-    session: SessionDep,
+async def list_runs_route(
+    request: Request,
     gpu: Annotated[
         str | None,
-        Query(max_length=64, description="Only runs naming this GPU catalog id."),
+        Query(pattern=NO_NUL, max_length=64, description="Only runs naming this GPU catalog id."),
     ] = None,
     model: Annotated[
         str | None,
-        Query(max_length=64, description="Only runs of this model catalog id."),
+        Query(pattern=NO_NUL, max_length=64, description="Only runs of this model catalog id."),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
-    offset: Annotated[int, Query(ge=0, le=10**6, description="Runs to skip.")] = 0,
-) -> BenchmarkRunPage:
-    page = list_runs(session, gpu=gpu, model=model, limit=limit, offset=offset)
-    return BenchmarkRunPage(
-        items=[_summary(row) for row in page.items],
-        total=page.total,
-        limit=page.limit,
-        offset=page.offset,
+    limit: LimitQuery = 50,
+    offset: OffsetQuery = 0,
+) -> Response:
+    return await read_json(
+        request,
+        lambda session: BenchmarkRunPage.of(
+            list_runs(session, gpu=gpu, model=model, limit=limit, offset=offset), _summary
+        ),
     )
 
 
@@ -111,8 +110,8 @@ def list_runs_route(
     summary="Get a benchmark run",
     responses=problem_responses(404),
 )
-def get_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> BenchmarkRunRead:
-    return _read(get_run(session, run_id))
+async def get_run_route(run_id: Annotated[str, _RUN_ID], request: Request) -> Response:
+    return await read_json(request, lambda session: _read(get_run(session, run_id)))
 
 
 @router.get(
@@ -127,8 +126,11 @@ def get_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> Bench
     ),
     responses=problem_responses(404, 422),
 )
-def validate_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> RunValidationRead:
-    report = validate_run(session, run_id)
+async def validate_run_route(run_id: Annotated[str, _RUN_ID], request: Request) -> Response:
+    return await read_json(request, lambda session: _validation(validate_run(session, run_id)))
+
+
+def _validation(report: RunValidation) -> RunValidationRead:
     basis = report.basis
     return RunValidationRead(
         run_id=report.run_id,
@@ -142,14 +144,8 @@ def validate_run_route(run_id: Annotated[str, _RUN_ID], session: SessionDep) -> 
             ),
             note=basis.note,
         ),
-        points=[
-            PointValidationRead.model_validate(point, from_attributes=True)
-            for point in report.points
-        ],
+        points=[PointValidationRead.model_validate(point) for point in report.points],
         skipped_points=report.skipped_points,
         mape_pct=report.mape_pct,
-        phases=[
-            PhaseValidationRead.model_validate(phase, from_attributes=True)
-            for phase in report.phases
-        ],
+        phases=[PhaseValidationRead.model_validate(phase) for phase in report.phases],
     )

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Response, status
+from fastapi import APIRouter, Body, Path, Request, Response, status
 
-from app.api.deps import ApiKeyDep, IfMatchDep, SessionDep, etag_for
+from app.api.deps import (
+    ApiKeyDep,
+    IfMatchDep,
+    LimitQuery,
+    OffsetQuery,
+    SessionDep,
+    etag_for,
+    read_json,
+)
 from app.api.schemas.benchmark_runs import (
     CalibrationCreate,
     CalibrationPage,
     CalibrationRead,
 )
-from app.api.schemas.common import problem_responses
+from app.api.schemas.common import ID_PATTERN, problem_responses
 from app.catalog.runs import CalibrationRow
 from app.services.calibration import (
     calibrate_gpu,
@@ -23,8 +31,8 @@ from app.services.calibration import (
 
 router = APIRouter(prefix="/v1", tags=["calibrations"])
 
-_GPU_ID = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="GPU catalog id.")
-_CALIBRATION_ID = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Calibration id.")
+_GPU_ID = Path(pattern=ID_PATTERN, description="GPU catalog id.")
+_CALIBRATION_ID = Path(pattern=ID_PATTERN, description="Calibration id.")
 
 
 def _read(row: CalibrationRow) -> CalibrationRead:
@@ -85,18 +93,17 @@ def calibrate(
     summary="List a GPU's calibrations, newest first",
     responses=problem_responses(404, 422),
 )
-def list_calibrations_route(
+async def list_calibrations_route(
     gpu_id: Annotated[str, _GPU_ID],
-    session: SessionDep,
-    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
-    offset: Annotated[int, Query(ge=0, le=10**6, description="Calibrations to skip.")] = 0,
-) -> CalibrationPage:
-    page = list_calibrations(session, gpu_id, limit=limit, offset=offset)
-    return CalibrationPage(
-        items=[_read(row) for row in page.items],
-        total=page.total,
-        limit=page.limit,
-        offset=page.offset,
+    request: Request,
+    limit: LimitQuery = 50,
+    offset: OffsetQuery = 0,
+) -> Response:
+    return await read_json(
+        request,
+        lambda session: CalibrationPage.of(
+            list_calibrations(session, gpu_id, limit=limit, offset=offset), _read
+        ),
     )
 
 
@@ -106,9 +113,11 @@ def list_calibrations_route(
     summary="Get one calibration of a GPU",
     responses=problem_responses(404),
 )
-def get_calibration_route(
+async def get_calibration_route(
     gpu_id: Annotated[str, _GPU_ID],
     calibration_id: Annotated[str, _CALIBRATION_ID],
-    session: SessionDep,
-) -> CalibrationRead:
-    return _read(get_calibration(session, gpu_id, calibration_id))
+    request: Request,
+) -> Response:
+    return await read_json(
+        request, lambda session: _read(get_calibration(session, gpu_id, calibration_id))
+    )

@@ -22,15 +22,13 @@ from app.api.deps import (
     not_modified,
     read_in_session,
 )
-from app.api.problems import ApiProblem
-from app.api.schemas.common import problem_responses
+from app.api.schemas.common import ID_PATTERN, problem_responses
 from app.catalog.orm import CatalogEntry
 from app.services.catalog import CatalogEntries
-from app.services.errors import FieldProblem
 
-__all__ = ["add_item_routes", "respond_with"]
+__all__ = ["add_item_routes", "respond_with", "writable_fields"]
 
-_ID_PATH = Path(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Catalog id.")
+_ID_PATH = Path(pattern=ID_PATTERN, description="Catalog id.")
 _WRITE_PROBLEMS = problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422)
 
 
@@ -38,6 +36,17 @@ def respond_with(response: Response, row: CatalogEntry, location: str | None = N
     response.headers["ETag"] = etag_for(row.version)
     if location is not None:
         response.headers["Location"] = location
+
+
+def writable_fields(fields_schema: type[BaseModel]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What a client may write of an entry, checked by `fields_schema` (bounds included) and
+    put as the database stores it: JSON types, absent for null. Every client write (POST, PUT,
+    PATCH, import) goes through it, so what it stores reads back through the read schema."""
+
+    def fields_of(document: dict[str, Any]) -> dict[str, Any]:
+        return fields_schema.model_validate(document).model_dump(mode="json", exclude_none=True)
+
+    return fields_of
 
 
 def add_item_routes(
@@ -53,10 +62,7 @@ def add_item_routes(
 ) -> None:
     """Register `POST collection` and `GET/PUT/PATCH/DELETE collection/{id}` on `router`."""
     item_path = collection_path + "/{entry_id}"
-
-    def fields_of(document: dict[str, Any]) -> dict[str, Any]:
-        # What a client may write, as the database stores it: JSON types, absent for null.
-        return fields_schema.model_validate(document).model_dump(mode="json", exclude_none=True)
+    fields_of = writable_fields(fields_schema)
 
     def read(row: CatalogEntry) -> BaseModel:
         return read_schema.model_validate(row)
@@ -122,14 +128,8 @@ def add_item_routes(
         _key: ApiKeyDep,
     ) -> Any:
         document = body.model_dump(mode="json", exclude_none=True)  # type: ignore[attr-defined]
-        if document.pop("id") != entry_id:
-            raise ApiProblem(
-                422,
-                "invalid-input",
-                "The body's id differs from the path's; ids cannot be changed.",
-                (FieldProblem("id", f"must be {entry_id!r}"),),
-            )
-        row = entries(session).replace(entry_id, fields_of(document), if_match)
+        body_id = document.pop("id")
+        row = entries(session).replace(entry_id, fields_of(document), if_match, body_id=body_id)
         respond_with(response, row)
         return read(row)
 

@@ -3,9 +3,11 @@ over HTTP. Each route parses, calls one service function, and shapes the answer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Request, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.api.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
@@ -29,7 +31,10 @@ from app.api.schemas.estimates import (
     TpFeasibilityRequest,
     TpFeasibilityResponse,
 )
+from app.api.schemas.targets import TargetRequest
 from app.services import estimates
+from app.services.spec_cache import SpecCache
+from app.services.targets import Target
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 
@@ -43,6 +48,31 @@ AcceptHeader = Annotated[
 ]
 
 
+R = TypeVar("R")
+A = TypeVar("A", bound=BaseModel)
+
+
+def _answer(
+    cache: SpecCache,
+    body: TargetRequest,
+    service: Callable[..., tuple[Target, R]],
+    shape: Callable[[Target, R], A],
+) -> A:
+    """`service` (one of `app.services.estimates`) on the body's target and workload, shaped
+    into its response by `shape`."""
+    return shape(*service(cache, body.target_kwargs(), **body.workload_fields()))
+
+
+async def _estimate(
+    request: Request,
+    cache: SpecCache,
+    body: TargetRequest,
+    service: Callable[..., tuple[Target, R]],
+    shape: Callable[[Target, R], BaseModel],
+) -> Response:
+    return await memoized_answer(request, body, lambda: _answer(cache, body, service, shape))
+
+
 @router.post(
     "/estimates/prefill",
     response_model=PrefillResponse,
@@ -50,13 +80,7 @@ AcceptHeader = Annotated[
     responses=_PROBLEMS,
 )
 async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: PrefillResponse.of(
-            *estimates.prefill(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.prefill, PrefillResponse.of)
 
 
 @router.post(
@@ -69,11 +93,7 @@ async def estimate_prefill_curve(
     body: PrefillCurveRequest, cache: SpecCacheDep, request: Request, accept: AcceptHeader = None
 ) -> Response:
     def answer() -> PrefillCurveResponse:
-        return PrefillCurveResponse.of(
-            *estimates.prefill_points(
-                cache, body.target_kwargs(), body.prompt_tokens, **body.workload()
-            )
-        )
+        return _answer(cache, body, estimates.prefill_points, PrefillCurveResponse.of)
 
     if wants_svg(accept):  # drawing takes ~100 ms: off the event loop
         chart = await run_in_threadpool(lambda: prefill_curve_svg(answer()))
@@ -88,13 +108,7 @@ async def estimate_prefill_curve(
     responses=_PROBLEMS,
 )
 async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: DecodeResponse.of(
-            *estimates.decode(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.decode, DecodeResponse.of)
 
 
 @router.post(
@@ -104,13 +118,7 @@ async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Req
     responses=_PROBLEMS,
 )
 async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: RequestResponse.of(
-            *estimates.request(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.request, RequestResponse.of)
 
 
 @router.post(
@@ -122,13 +130,7 @@ async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: R
 async def estimate_batch_ceiling(
     body: BatchCeilingRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: BatchCeilingResponse.of(
-            *estimates.batch_ceiling(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.batch_ceiling, BatchCeilingResponse.of)
 
 
 @router.post(
@@ -140,13 +142,7 @@ async def estimate_batch_ceiling(
 async def estimate_tp_feasibility(
     body: TpFeasibilityRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: TpFeasibilityResponse.of(
-            *estimates.tp_feasibility(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.tp_feasibility, TpFeasibilityResponse.of)
 
 
 @router.post(
@@ -159,13 +155,7 @@ async def estimate_tp_feasibility(
 async def recommend_chunk_size(
     body: ChunkSizeRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await memoized_answer(
-        request,
-        body,
-        lambda: ChunkSizeResponse.of(
-            *estimates.chunk_size(cache, body.target_kwargs(), **body.workload())
-        ),
-    )
+    return await _estimate(request, cache, body, estimates.chunk_size, ChunkSizeResponse.of)
 
 
 @router.post(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.api.problems import PROBLEM_TYPES, ApiProblem
 from app.api.schemas.common import problem_responses
+from app.catalog.db import ping
 
 router = APIRouter(tags=["operations"])
 
@@ -21,8 +21,7 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", summary="Readiness: the database answers", responses=problem_responses(503))
 def readyz(request: Request) -> dict[str, str]:
     try:
-        with request.app.state.engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        ping(request.app.state.engine)
     except SQLAlchemyError as error:
         raise ApiProblem(
             503,

@@ -5,52 +5,55 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
-from sqlalchemy.orm import Session
 
-from app.api.deps import ApiKeyDep, SessionDep, read_in_session
-from app.api.routes.catalog import add_item_routes, respond_with
-from app.api.schemas.common import ENTRY_ID, Page, problem_responses
+from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, SessionDep, read_json
+from app.api.routes.catalog import add_item_routes, respond_with, writable_fields
+from app.api.schemas.common import ENTRY_ID, MAX_BIGINT, NO_NUL, Page, problem_responses
 from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
 from app.services.catalog import list_models, model_entries
 from app.services.hf_import import import_hf_config
 
 router = APIRouter(prefix="/v1", tags=["models"])
+_model_fields = writable_fields(ModelFields)
 
 
-@router.get("/models", response_model=Page[ModelRead], summary="List models")
+@router.get("/models", response_model=Page[ModelRead], summary="List models, by id")
 async def list_models_route(
     request: Request,
-    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
-    offset: Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")] = 0,
-    family: Annotated[str | None, Query(max_length=32, examples=["llama"])] = None,
+    limit: LimitQuery = 50,
+    offset: OffsetQuery = 0,
+    family: Annotated[
+        str | None,
+        Query(
+            pattern=NO_NUL,
+            max_length=32,
+            description="Only this family's models.",
+            examples=["llama"],
+        ),
+    ] = None,
     min_params: Annotated[
-        int | None, Query(ge=0, description="Only models with at least this many parameters.")
+        int | None,
+        Query(ge=0, le=MAX_BIGINT, description="Only models with at least this many parameters."),
     ] = None,
     max_params: Annotated[
-        int | None, Query(ge=0, description="Only models with at most this many parameters.")
+        int | None,
+        Query(ge=0, le=MAX_BIGINT, description="Only models with at most this many parameters."),
     ] = None,
 ) -> Response:
-    def fetch(session: Session) -> bytes:
-        page = list_models(
-            session,
-            family=family,
-            min_params=min_params,
-            max_params=max_params,
-            limit=limit,
-            offset=offset,
-        )
-        return (
-            Page[ModelRead](
-                items=[ModelRead.model_validate(row) for row in page.items],
-                total=page.total,
-                limit=page.limit,
-                offset=page.offset,
-            )
-            .model_dump_json()
-            .encode()
-        )
-
-    return Response(await read_in_session(request, fetch), media_type="application/json")
+    return await read_json(
+        request,
+        lambda session: Page[ModelRead].of(
+            list_models(
+                session,
+                family=family,
+                min_params=min_params,
+                max_params=max_params,
+                limit=limit,
+                offset=offset,
+            ),
+            ModelRead.model_validate,
+        ),
+    )
 
 
 @router.post(
@@ -88,10 +91,23 @@ def import_model(
     session: SessionDep,
     response: Response,
     _key: ApiKeyDep,
-    name: Annotated[str | None, Query(max_length=200)] = None,
-    hf_repo: Annotated[str | None, Query(max_length=200)] = None,
+    name: Annotated[
+        str | None,
+        Query(pattern=NO_NUL, max_length=200, description="Display name; default: hf_repo or id."),
+    ] = None,
+    hf_repo: Annotated[
+        str | None,
+        Query(
+            pattern=NO_NUL,
+            max_length=200,
+            description="The Hugging Face repository, cited as the entry's source.",
+            examples=["meta-llama/Meta-Llama-3-8B"],
+        ),
+    ] = None,
 ) -> Any:
-    row = import_hf_config(session, entry_id, config, name=name, hf_repo=hf_repo)
+    row = import_hf_config(
+        session, entry_id, config, name=name, hf_repo=hf_repo, validate=_model_fields
+    )
     respond_with(response, row, f"/v1/models/{entry_id}")
     return ModelRead.model_validate(row)
 

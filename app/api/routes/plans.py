@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 
-from app.api.deps import ApiKeyDep, SessionDep, SpecCacheDep
-from app.api.schemas.common import problem_responses
+from app.api.deps import (
+    ApiKeyDep,
+    LimitQuery,
+    OffsetQuery,
+    SessionDep,
+    SpecCacheDep,
+    read_json,
+)
+from app.api.schemas.common import NO_NUL, problem_responses
 from app.api.schemas.plans import PlanList, PlanRead, PlanRequest, PlanSummary
+from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, MAX_CANDIDATES
 from app.services import plans
 
 router = APIRouter(prefix="/v1", tags=["plans"])
@@ -24,8 +32,10 @@ router = APIRouter(prefix="/v1", tags=["plans"])
         "replicas whose simulated p99 TTFT and TPOT meet the SLOs at traffic x (1 + headroom), "
         "their cost, and the predicted latencies at the planned load; ranked by cost, infeasible "
         "candidates with their reasons. Candidates that provably cannot beat the plans returned "
-        "are pruned before simulation (`exhaustive` plans them all). The plan is stored with the "
-        "catalog versions it used: `Location` names it. Needs an API key (it writes)."
+        "are pruned before simulation (`exhaustive` plans them all). The work is bounded: at "
+        f"most {MAX_CANDIDATES:,} candidates and {DEFAULT_MAX_SIMULATED_STEPS:,} simulated steps "
+        "per plan (422 beyond). The plan is stored with the catalog versions it used: `Location` "
+        "names it. Needs an API key (it writes)."
     ),
     responses=problem_responses(400, 401, 403, 413, 415, 422),
 )
@@ -47,23 +57,27 @@ def create_plan_route(
     summary="Get a stored plan",
     responses=problem_responses(404),
 )
-def get_plan_route(
+async def get_plan_route(
     plan_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="Plan id.")],
-    session: SessionDep,
-) -> PlanRead:
-    return PlanRead.of(plans.get_plan(session, plan_id))
+    request: Request,
+) -> Response:
+    return await read_json(request, lambda session: PlanRead.of(plans.get_plan(session, plan_id)))
 
 
 @router.get("/plans", response_model=PlanList, summary="List stored plans, newest first")
-def list_plans_route(
-    session: SessionDep,
-    limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
-    offset: Annotated[int, Query(ge=0, le=10**6, description="Plans to skip.")] = 0,
+async def list_plans_route(
+    request: Request,
+    limit: LimitQuery = 50,
+    offset: OffsetQuery = 0,
     model: Annotated[
-        str | None, Query(max_length=64, description="Only plans for this model id.")
+        str | None,
+        Query(pattern=NO_NUL, max_length=64, description="Only plans for this model id."),
     ] = None,
-) -> PlanList:
-    rows, total = plans.list_plans(session, limit=limit, offset=offset, model_id=model)
-    return PlanList(
-        items=[PlanSummary.of(row) for row in rows], total=total, limit=limit, offset=offset
+) -> Response:
+    return await read_json(
+        request,
+        lambda session: PlanList.of(
+            plans.list_plans(session, limit=limit, offset=offset, model_id=model),
+            PlanSummary.of,
+        ),
     )

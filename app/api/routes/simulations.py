@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from app.api.deps import SpecCacheDep
 from app.api.schemas.common import problem_responses
 from app.api.schemas.simulations import SimulationRequest, SimulationResponse
-from app.services.simulations import run_simulation
+from app.services.simulations import MAX_SIMULATED_STEPS, run_simulation
 
 router = APIRouter(prefix="/v1", tags=["simulations"])
 
@@ -19,8 +19,9 @@ router = APIRouter(prefix="/v1", tags=["simulations"])
     description=(
         "A discrete-event simulation of continuous batching with chunked prefill, KV-limited "
         "admission and preemption (vLLM's scheduler), each step timed by the performance model. "
-        "Deterministic: the same request gives the same answer. Up to 200,000 requests; about "
-        "a second per 100,000."
+        "Deterministic: the same request gives the same answer. Up to 200,000 requests and "
+        f"{MAX_SIMULATED_STEPS:,} forward steps (a workload that provably needs more is refused "
+        "up front); about a second per 100,000 requests at moderate load."
     ),
     responses=problem_responses(400, 413, 415, 422),
 )

@@ -8,9 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from app.api.schemas.common import Input
+from app.api.schemas.common import ID_PATTERN, Input, Output, Page
+from app.api.schemas.gpus import EfficiencyValues
 from app.bench.schema import Phase, RunDocument
 from app.engine.calibration import ALL_PARAMETERS, FitParameter
 from app.services.benchmark_runs import GpuBasisKind
@@ -33,15 +34,11 @@ __all__ = [
 RUN_ID = Annotated[
     str,
     Field(
-        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        pattern=ID_PATTERN,
         description="Benchmark run id, as the service assigned it.",
         examples=["run-3f9a0c2b7d41"],
     ),
 ]
-
-
-class _Read(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
 
 class BenchmarkRunRead(RunDocument):
@@ -54,7 +51,7 @@ class BenchmarkRunRead(RunDocument):
     )
 
 
-class BenchmarkRunSummary(_Read):
+class BenchmarkRunSummary(Output):
     """One run in a list (GET the run for its points)."""
 
     id: str = Field(description="Run id.")
@@ -72,30 +69,11 @@ class BenchmarkRunSummary(_Read):
     measured_points: int = Field(description="Points that carry times.")
 
 
-class BenchmarkRunPage(_Read):
+class BenchmarkRunPage(Page[BenchmarkRunSummary]):
     """One page of runs, newest first."""
 
-    items: list[BenchmarkRunSummary] = Field(description="This page of runs, newest first.")
-    total: int = Field(description="How many runs match the filters in all.")
-    limit: int = Field(description="Page size asked for.")
-    offset: int = Field(description="Runs skipped before this page.")
 
-
-class EfficiencyValues(_Read):
-    """The efficiency an estimate used, or a calibration started from or wrote."""
-
-    gemm: float = Field(description="Fraction of tensor-core peak in linear layers and LM head.")
-    attention: float = Field(description="Fraction of tensor-core peak in attention.")
-    memory: float = Field(description="Fraction of memory bandwidth reached.")
-    communication: float = Field(description="Fraction of link bandwidth reached.")
-    overhead_ms: float = Field(description="Fixed cost added to every forward step, ms.")
-    source: str = Field(description="Where these values come from.")
-    calibration_id: str | None = Field(
-        default=None, description="The calibration that set these values, if one did."
-    )
-
-
-class GpuBasisRead(_Read):
+class GpuBasisRead(Output):
     """What the run was compared against."""
 
     kind: GpuBasisKind = Field(
@@ -111,7 +89,7 @@ class GpuBasisRead(_Read):
     note: str = Field(description="Why this basis: how the run's GPU was resolved.")
 
 
-class PointValidationRead(_Read):
+class PointValidationRead(Output):
     """One measured point beside the engine's estimate for exactly its workload."""
 
     position: int = Field(description="Index of the point in the run's `points`.")
@@ -129,7 +107,7 @@ class PointValidationRead(_Read):
     bound: str = Field(description="Whether the estimate is compute- or memory-bound.")
 
 
-class PhaseValidationRead(_Read):
+class PhaseValidationRead(Output):
     """The errors of one phase's points."""
 
     phase: Phase = Field(description="prefill or decode.")
@@ -139,7 +117,7 @@ class PhaseValidationRead(_Read):
     rms_error_pct: float = Field(description="Root mean square of the signed errors, %.")
 
 
-class RunValidationRead(_Read):
+class RunValidationRead(Output):
     """A run's measurements against the engine's estimates."""
 
     run_id: str = Field(description="The validated run.")
@@ -167,7 +145,7 @@ class CalibrationCreate(Input):
     )
 
 
-class CalibrationRead(_Read):
+class CalibrationRead(Output):
     """One calibration of a GPU: what it fitted, to what, and how well."""
 
     id: str = Field(description="Calibration id.", examples=["cal-0b1c2d3e4f56"])
@@ -192,10 +170,5 @@ class CalibrationRead(_Read):
     )
 
 
-class CalibrationPage(_Read):
+class CalibrationPage(Page[CalibrationRead]):
     """A GPU's calibrations, newest first."""
-
-    items: list[CalibrationRead] = Field(description="This page of calibrations, newest first.")
-    total: int = Field(description="How many calibrations the GPU has.")
-    limit: int = Field(description="Page size asked for.")
-    offset: int = Field(description="Calibrations skipped before this page.")

@@ -2,28 +2,68 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, TypeVar
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, Any, Generic, Self, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
+
+from app.services.pages import Page as ServicePage
 
 __all__ = [
     "ENTRY_ID",
+    "ID_PATTERN",
+    "MAX_BIGINT",
+    "MAX_SLO_MS",
+    "MAX_TOKENS",
+    "NO_NUL",
+    "NUL_MESSAGE",
     "FieldError",
     "Input",
+    "MemoryShare",
     "Output",
     "Page",
     "Problem",
+    "Seed",
+    "SloMs",
     "SourceRef",
+    "Tokens",
     "merge_patch_model",
     "problem_responses",
 ]
 
 T = TypeVar("T")
 
+MAX_TOKENS = 2**24
+"""Longest prompt, context or output any request may name: 16,777,216 tokens."""
+MAX_BIGINT = 2**63 - 1
+"""Largest integer a 64-bit column (or a filter on one) takes."""
+MAX_SLO_MS = 86_400_000.0
+"""Longest latency objective a request may set: a day."""
+
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
+"""A positive number of tokens."""
+SloMs = Annotated[float, Field(gt=0, le=MAX_SLO_MS, allow_inf_nan=False)]
+"""A latency objective, milliseconds."""
+MemoryShare = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+"""A share of GPU memory the serving engine may use (vLLM's `gpu_memory_utilization`)."""
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""A random seed: the same seed draws the same requests."""
+
+ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+"""Every id the service names things by: catalog entries, runs, calibrations."""
+
 ENTRY_ID = Annotated[
     str,
     Field(
-        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        pattern=ID_PATTERN,
         description="Catalog id: lower-case letters, digits, `.`, `_`, `-`; at most 64 characters.",
         examples=["h100-sxm5-80gb"],
     ),
@@ -31,9 +71,46 @@ ENTRY_ID = Annotated[
 
 
 class Input(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped."""
+    """Base of request bodies: unknown fields are an error, not silently dropped, and no text
+    holds a NUL character (PostgreSQL cannot store one, and no name needs one)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name in _text_fields(cls) and _holds_nul(value):
+            raise ValueError(NUL_MESSAGE)
+        return value
+
+
+NUL_MESSAGE = "text must not contain the NUL character (U+0000)"
+NO_NUL = r"^[^\x00]*$"
+"""A pattern for query parameters that reach the database: any text but NUL."""
+
+
+@cache
+def _text_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` whose type has text in it (`str`, `list[str]`, `str | Spec`):
+    only these are searched, so a 200,000-row trace of numbers costs nothing."""
+    return frozenset(
+        name for name, field in model.model_fields.items() if _mentions_str(field.annotation)
+    )
+
+
+def _mentions_str(annotation: Any) -> bool:
+    return annotation is str or any(_mentions_str(arg) for arg in get_args(annotation))
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether `value`, or a string in it (list items, dict keys and values), holds a NUL."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    return False
 
 
 class Output(BaseModel):
@@ -63,10 +140,20 @@ class SourceRef(Input):
 class Page(Output, Generic[T]):
     """One page of a list, and how many entries there are in all."""
 
-    items: list[T] = Field(description="This page of entries, ordered by id.")
+    items: list[T] = Field(description="This page of entries, in the order the list states.")
     total: int = Field(description="How many entries match the filters in all.")
     limit: int = Field(description="Page size asked for.")
     offset: int = Field(description="Entries skipped before this page.")
+
+    @classmethod
+    def of(cls, page: ServicePage[Any], item: Callable[[Any], Any]) -> Self:
+        """The service's page, each entry shaped by `item`."""
+        return cls(
+            items=[item(entry) for entry in page.items],
+            total=page.total,
+            limit=page.limit,
+            offset=page.offset,
+        )
 
 
 class FieldError(BaseModel):

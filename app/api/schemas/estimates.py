@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas.common import Input
+from app.api.schemas.common import MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
 from app.api.schemas.gpus import GpuHardware
 from app.api.schemas.models import ModelArchitecture
-from app.api.schemas.targets import StorageFormat, TargetEcho, TargetRequest, echo
+from app.api.schemas.targets import (
+    DeploymentFields,
+    TargetEcho,
+    TargetRequest,
+    echo,
+    spec_fields,
+)
 from app.engine.batch_ceiling import BatchCeiling
 from app.engine.chunking import ChunkRecommendation
 from app.engine.estimates import (
@@ -25,15 +31,34 @@ from app.engine.roofline import Roofline
 from app.services.estimates import expected_error
 from app.services.targets import Target
 
-_MAX_TOKENS = 2**24
 _MAX_CURVE_POINTS = 1000
 
+PrefillBatch = Annotated[int, Field(gt=0, le=4096)]
+"""Prompts prefilled together in one step."""
+DecodeBatch = Annotated[int, Field(gt=0, le=65536)]
+"""Sequences decoding together in one step."""
 
-def _tokens(description: str, example: int, default: int | None = None) -> Any:
-    """A positive token count; required unless `default` is given."""
-    if default is None:
-        return Field(gt=0, le=_MAX_TOKENS, description=description, examples=[example])
-    return Field(default, gt=0, le=_MAX_TOKENS, description=description, examples=[example])
+
+class _PrefillShape(Input):
+    """How a prefill is computed: in one step or in chunks, causal or not."""
+
+    chunk_tokens: Tokens | None = Field(
+        default=None, description="Prefill in chunks of this many tokens; null: in one step."
+    )
+    causal: bool = Field(
+        default=True,
+        description="Causal attention (half the n x n work). `false` counts it as the seeds do.",
+    )
+
+
+class _CachedPrefix(Input):
+    cached_prefix_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Leading prompt tokens already in the KV cache (a prefix-cache hit): read, "
+        "not recomputed.",
+    )
 
 
 # ---- shared response parts
@@ -89,30 +114,9 @@ class EstimateResponse(BaseModel):
 # ---- prefill
 
 
-class PrefillRequest(TargetRequest):
-    prompt_tokens: int = _tokens("Prompt length.", 4096)
-    batch_size: int = Field(default=1, gt=0, le=4096, description="Prompts prefilled together.")
-    cached_prefix_tokens: int = Field(
-        default=0, ge=0, le=2**24, description="Leading prompt tokens already in the KV cache."
-    )
-    chunk_tokens: int | None = Field(
-        default=None, gt=0, le=2**24, description="Prefill in chunks of this many tokens."
-    )
-    causal: bool = Field(
-        default=True,
-        description="Causal attention (half the n x n work). `false` counts it as the seeds do.",
-    )
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(
-            include={
-                "prompt_tokens",
-                "batch_size",
-                "cached_prefix_tokens",
-                "chunk_tokens",
-                "causal",
-            }
-        )
+class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    prompt_tokens: Tokens = Field(description="Prompt length.", examples=[4096])
+    batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
 
 class PrefillResponse(EstimateResponse):
@@ -144,21 +148,14 @@ class PrefillResponse(EstimateResponse):
         )
 
 
-class PrefillCurveRequest(TargetRequest):
-    prompt_tokens: list[int] = Field(
+class PrefillCurveRequest(TargetRequest, _PrefillShape):
+    prompt_tokens: list[Tokens] = Field(
         min_length=1,
         max_length=_MAX_CURVE_POINTS,
         description=f"Prompt lengths, in the order to report them (at most {_MAX_CURVE_POINTS}).",
         examples=[[1024, 10240, 51200, 102400, 131072]],
     )
-    batch_size: int = Field(default=1, gt=0, le=4096, description="Prompts prefilled together.")
-    chunk_tokens: int | None = Field(
-        default=None, gt=0, le=2**24, description="Prefill in chunks of this many tokens."
-    )
-    causal: bool = Field(default=True, description="Causal attention.")
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(include={"batch_size", "chunk_tokens", "causal"})
+    batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
 
 class CurvePointOut(BaseModel):
@@ -199,13 +196,10 @@ class PrefillCurveResponse(EstimateResponse):
 
 
 class DecodeRequest(TargetRequest):
-    batch_size: int = Field(
-        gt=0, le=65536, description="Sequences decoding together.", examples=[8]
+    batch_size: DecodeBatch = Field(description="Sequences decoding together.", examples=[8])
+    context_tokens: Tokens = Field(
+        description="Each sequence's context (prompt and tokens so far).", examples=[4096]
     )
-    context_tokens: int = _tokens("Each sequence's context (prompt and tokens so far).", 4096)
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(include={"batch_size", "context_tokens"})
 
 
 class DecodeResponse(EstimateResponse):
@@ -235,29 +229,12 @@ class DecodeResponse(EstimateResponse):
         )
 
 
-class RequestRequest(TargetRequest):
-    prompt_tokens: int = _tokens("Prompt length.", 2048)
-    output_tokens: int = _tokens("Tokens generated, the first included.", 256)
-    batch_size: int = Field(default=1, gt=0, le=65536, description="Requests running together.")
-    cached_prefix_tokens: int = Field(
-        default=0, ge=0, le=2**24, description="Leading prompt tokens already in the KV cache."
+class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    prompt_tokens: Tokens = Field(description="Prompt length.", examples=[2048])
+    output_tokens: Tokens = Field(
+        description="Tokens generated, the first included.", examples=[256]
     )
-    chunk_tokens: int | None = Field(
-        default=None, gt=0, le=2**24, description="Prefill in chunks of this many tokens."
-    )
-    causal: bool = Field(default=True, description="Causal attention.")
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(
-            include={
-                "prompt_tokens",
-                "output_tokens",
-                "batch_size",
-                "cached_prefix_tokens",
-                "chunk_tokens",
-                "causal",
-            }
-        )
+    batch_size: DecodeBatch = Field(default=1, description="Requests running together.")
 
 
 class RequestResponse(EstimateResponse):
@@ -281,11 +258,11 @@ class RequestResponse(EstimateResponse):
 
 
 class BatchCeilingRequest(TargetRequest):
-    context_tokens: int = _tokens(
-        "Tokens each sequence holds at its longest (prompt + output).", 4096
+    context_tokens: Tokens = Field(
+        description="Tokens each sequence holds at its longest (prompt + output).", examples=[4096]
     )
-    gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use."
+    gpu_memory_utilization: MemoryShare = Field(
+        default=0.9, description="Share of GPU memory the engine may use."
     )
     block_tokens: int = Field(default=16, gt=0, le=1024, description="Paged KV-cache block size.")
     max_num_batched_tokens: int = Field(
@@ -294,17 +271,6 @@ class BatchCeilingRequest(TargetRequest):
     max_num_seqs: int = Field(
         default=256, gt=0, le=65536, description="Sequences the engine may run at once."
     )
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(
-            include={
-                "context_tokens",
-                "gpu_memory_utilization",
-                "block_tokens",
-                "max_num_batched_tokens",
-                "max_num_seqs",
-            }
-        )
 
 
 class MemoryBreakdown(BaseModel):
@@ -367,19 +333,19 @@ class TpFeasibilityRequest(TargetRequest):
         max_length=16,
         description="TP degrees to assess (`tp` is ignored).",
     )
-    prompt_tokens: int = _tokens("Prompt length for the TTFT of each candidate.", 2048, 2048)
-    context_tokens: int = _tokens(
-        "Context for the TPOT and KV cache of each candidate.", 2048, 2048
+    prompt_tokens: Tokens = Field(
+        default=2048, description="Prompt length for the TTFT of each candidate."
     )
-    batch_size: int = Field(default=1, gt=0, le=65536, description="Sequences decoding together.")
-    ttft_slo_ms: float | None = Field(default=None, gt=0, description="Recommend a tp meeting it.")
-    tpot_slo_ms: float | None = Field(default=None, gt=0, description="Recommend a tp meeting it.")
+    context_tokens: Tokens = Field(
+        default=2048, description="Context for the TPOT and KV cache of each candidate."
+    )
+    batch_size: DecodeBatch = Field(default=1, description="Sequences decoding together.")
+    ttft_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
+    tpot_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
 
-    def workload(self) -> dict[str, Any]:
-        fields = self.model_dump(
-            include={"prompt_tokens", "context_tokens", "batch_size", "ttft_slo_ms", "tpot_slo_ms"}
-        )
-        return fields | {"candidates": self.tp_candidates}
+    def workload_fields(self) -> dict[str, Any]:
+        fields = super().workload_fields()
+        return fields | {"candidates": fields.pop("tp_candidates")}
 
 
 class TpCandidateOut(BaseModel):
@@ -459,34 +425,21 @@ class ChunkSizeRequest(TargetRequest):
         description="A step carrying a prefill chunk must not stall running decodes longer.",
         examples=[50],
     )
-    short_ttft_slo_ms: float | None = Field(
-        default=None, gt=0, description="TTFT goal for short prompts, for routing and buckets."
+    short_ttft_slo_ms: SloMs | None = Field(
+        default=None, description="TTFT goal for short prompts, for routing and buckets."
     )
     decode_batch_size: int = Field(
         default=0, ge=0, le=65536, description="Decodes running beside each chunk."
     )
     decode_context_tokens: int = Field(
-        default=0, ge=0, le=2**24, description="Their context (needed when decodes run)."
+        default=0, ge=0, le=MAX_TOKENS, description="Their context (needed when decodes run)."
     )
-    long_prompt_tokens: int | None = Field(
+    long_prompt_tokens: Tokens | None = Field(
         default=None,
-        gt=0,
-        le=_MAX_TOKENS,
         description="The long prompt whose chunked TTFT is reported; 32,768 or the model's "
         "context, whichever is shorter.",
         examples=[32768],
     )
-
-    def workload(self) -> dict[str, Any]:
-        return self.model_dump(
-            include={
-                "itl_slo_ms",
-                "short_ttft_slo_ms",
-                "decode_batch_size",
-                "decode_context_tokens",
-                "long_prompt_tokens",
-            }
-        )
 
 
 class LongPromptOut(BaseModel):
@@ -544,40 +497,34 @@ class ChunkSizeResponse(EstimateResponse):
 # ---- roofline
 
 
-class RooflineRequest(Input):
+class RooflineRequest(DeploymentFields):
     gpu: str | GpuHardware = Field(
         description="A catalog GPU id, or inline hardware figures.", examples=["a100-sxm4-80gb"]
     )
     model: str | ModelArchitecture | None = Field(
         default=None, description="A catalog model id or inline architecture, to place its phases."
     )
-    tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.")
-    weight_dtype: StorageFormat = Field(default=StorageFormat.BF16, description="Weight format.")
-    kv_dtype: StorageFormat = Field(default=StorageFormat.BF16, description="KV-cache format.")
-    prompt_tokens: int = _tokens("Prompt length for the prefill phases.", 32768, 2048)
-    context_tokens: int = _tokens("Context for the decode phases.", 32768, 2048)
-    batch_size: int = Field(default=1, gt=0, le=65536, description="Decode batch.")
+    prompt_tokens: Tokens = Field(
+        default=2048, description="Prompt length for the prefill phases.", examples=[32768]
+    )
+    context_tokens: Tokens = Field(
+        default=2048, description="Context for the decode phases.", examples=[32768]
+    )
+    batch_size: DecodeBatch = Field(default=1, description="Decode batch.")
     causal: bool = Field(
         default=False,
         description="Causal prefill attention; seed 004's intensities are non-causal (default).",
     )
 
     def refs(self) -> dict[str, object]:
-        """The catalog references, for `SpecCache.covers`."""
+        """The catalog ids this request names, for `SpecCache.generations`."""
         return {"model": self.model, "gpu": self.gpu}
 
     def resolve_kwargs(self) -> dict[str, Any]:
         """The arguments of `app.services.estimates.roofline_of`."""
-        return {
-            "gpu": self.gpu if isinstance(self.gpu, str) else self.gpu.model_dump(),
-            "model": (
-                self.model
-                if self.model is None or isinstance(self.model, str)
-                else self.model.model_dump()
-            ),
-            "tp": self.tp,
-            "weight_dtype": self.weight_dtype.value,
-            "kv_dtype": self.kv_dtype.value,
+        return self.deployment_kwargs() | {
+            "gpu": spec_fields(self.gpu),
+            "model": spec_fields(self.model),
             "prompt_tokens": self.prompt_tokens,
             "context_tokens": self.context_tokens,
             "batch_size": self.batch_size,

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.api.schemas.common import ENTRY_ID, Input, Output, SourceRef, merge_patch_model
+from app.engine.calibration import MIN_FRACTION
 
 __all__ = [
+    "MIN_RATE",
     "EfficiencyFields",
+    "EfficiencyFractions",
+    "EfficiencyValues",
+    "Fraction",
     "GpuCreate",
     "GpuFields",
     "GpuHardware",
@@ -23,6 +28,10 @@ __all__ = [
 ]
 
 _TB = 10**12
+MIN_RATE = 1e6
+"""Least FLOP/s or bytes/s a part may claim: below it, times overflow to infinity."""
+Fraction = Annotated[float, Field(ge=MIN_FRACTION, le=1)]
+"""A share of a datasheet peak; 0.1 % is the least, as calibrations fit them."""
 
 
 class InterconnectKind(StrEnum):
@@ -38,7 +47,7 @@ class InterconnectKind(StrEnum):
 def _peak(dtype: str, example: float | None = None) -> Any:
     return Field(
         default=None,
-        gt=0,
+        ge=MIN_RATE,
         le=1e17,
         description=f"Dense {dtype} peak, FLOP/s (never the 2:4-sparsity figure).",
         examples=[example] if example else None,
@@ -67,7 +76,7 @@ class InterconnectFields(Input):
 
     kind: InterconnectKind = Field(description="Link technology.", examples=["nvlink4"])
     bandwidth_bytes_per_s: float = Field(
-        gt=0,
+        ge=MIN_RATE,
         le=100 * _TB,
         description=(
             "Per-GPU bandwidth as datasheets quote it, both directions summed (NVLink 4: 9e11). "
@@ -84,24 +93,32 @@ class InterconnectFields(Input):
     )
 
 
-class EfficiencyFields(Input):
+class EfficiencyFractions(Input):
     """Fractions of datasheet peak reached in practice, and the fixed cost of a forward step."""
 
-    gemm: float = Field(
-        gt=0, le=1, description="Fraction of tensor-core peak in linear layers.", examples=[0.62]
+    gemm: Fraction = Field(
+        description="Fraction of tensor-core peak in linear layers and the LM head.",
+        examples=[0.62],
     )
-    attention: float = Field(
-        gt=0, le=1, description="Fraction of tensor-core peak in attention.", examples=[0.6]
+    attention: Fraction = Field(
+        description="Fraction of tensor-core peak in attention.", examples=[0.6]
     )
-    memory: float = Field(
-        gt=0, le=1, description="Fraction of HBM bandwidth reached.", examples=[0.85]
-    )
-    communication: float = Field(
-        default=1.0, gt=0, le=1, description="Fraction of link bandwidth reached.", examples=[0.8]
+    memory: Fraction = Field(description="Fraction of memory bandwidth reached.", examples=[0.85])
+    communication: Fraction = Field(
+        default=1.0, description="Fraction of link bandwidth reached.", examples=[0.8]
     )
     overhead_ms: float = Field(
-        default=0.0, ge=0, le=1000, description="Fixed cost added to every step.", examples=[1.5]
+        default=0.0,
+        ge=0,
+        le=1000,
+        description="Fixed cost added to every forward step, ms.",
+        examples=[1.5],
     )
+
+
+class EfficiencyFields(EfficiencyFractions):
+    """A GPU's efficiencies, and where they come from."""
+
     source: str = Field(min_length=1, max_length=4000, description="Where these values come from.")
     fitted_to: list[SourceRef] | None = Field(
         default=None, description="Measurements the values were fitted to."
@@ -109,6 +126,20 @@ class EfficiencyFields(Input):
     borrowed_from: str | None = Field(
         default=None, description="The measured GPU these values were taken from, if any."
     )
+    calibration_id: str | None = Field(
+        default=None, description="The calibration that set these values, if one did."
+    )
+
+
+class EfficiencyValues(Output):
+    """The efficiency an estimate used, or a calibration started from or wrote."""
+
+    gemm: float = Field(description="Fraction of tensor-core peak in linear layers and LM head.")
+    attention: float = Field(description="Fraction of tensor-core peak in attention.")
+    memory: float = Field(description="Fraction of memory bandwidth reached.")
+    communication: float = Field(description="Fraction of link bandwidth reached.")
+    overhead_ms: float = Field(description="Fixed cost added to every forward step, ms.")
+    source: str = Field(description="Where these values come from.")
     calibration_id: str | None = Field(
         default=None, description="The calibration that set these values, if one did."
     )
@@ -125,7 +156,7 @@ class GpuHardware(Input):
         examples=[85899345920],
     )
     memory_bandwidth_bytes_per_s: float = Field(
-        gt=0, le=100 * _TB, description="Datasheet memory bandwidth.", examples=[3.35e12]
+        ge=MIN_RATE, le=100 * _TB, description="Datasheet memory bandwidth.", examples=[3.35e12]
     )
     peak_flops_per_s: PeakFlops = Field(description="Dense peak FLOP/s by numeric format.")
     interconnect: InterconnectFields = Field(description="GPU-to-GPU link within a node.")

@@ -82,7 +82,7 @@ class ModelFields(ModelArchitecture):
         examples=["meta-llama/Meta-Llama-3-8B"],
     )
     published_params: int | None = Field(
-        default=None, gt=0, description="The parameter count its publisher states."
+        default=None, gt=0, le=10**15, description="The parameter count its publisher states."
     )
     sources: list[SourceRef] = Field(
         default_factory=list, max_length=64, description="Where each figure comes from."

@@ -7,18 +7,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from app.api.schemas.common import ENTRY_ID, Input
+from app.api.schemas.common import ENTRY_ID, Input, Page
 from app.api.schemas.models import ModelArchitecture
 from app.api.schemas.simulations import MAX_REQUESTS, LengthDistribution, TraceRow
 from app.api.schemas.targets import StorageFormat
 from app.catalog.plans import PlanRow
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
     DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_MAX_SIMULATED_STEPS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
+    MAX_CANDIDATES,
 )
-from app.services.plans import PlanQuery
+from app.services.plans import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
+from app.services.simulations import MIN_REQUESTS_PER_S
 
 __all__ = [
     "BucketLatency",
@@ -35,6 +39,8 @@ __all__ = [
 ]
 
 UsdPerGpuHour = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+MIN_TRACE_ROWS = 100
+"""A trace's p99 needs at least 100 requests to have one above it."""
 
 
 class Traffic(Input):
@@ -43,10 +49,11 @@ class Traffic(Input):
 
     requests_per_s: float | None = Field(
         default=None,
-        gt=0,
-        le=1e7,
+        ge=MIN_REQUESTS_PER_S,
+        le=MAX_TRAFFIC_REQUESTS_PER_S,
         allow_inf_nan=False,
-        description="Requests per second, all replicas together; a trace's own rate if omitted.",
+        description="Requests per second, all replicas together; a trace's own rate if omitted "
+        f"(which must then lie in [{MIN_REQUESTS_PER_S:g}, {MAX_TRAFFIC_REQUESTS_PER_S:g}] too).",
         examples=[10.0],
     )
     prompt_tokens: LengthDistribution | None = Field(default=None, description="Prompt lengths.")
@@ -55,10 +62,11 @@ class Traffic(Input):
     )
     trace: list[TraceRow] | None = Field(
         default=None,
-        min_length=2,
+        min_length=MIN_TRACE_ROWS,
         max_length=MAX_REQUESTS,
         description="Requests as [arrival_s, prompt_tokens, output_tokens] rows, instead of "
-        "distributions.",
+        f"distributions; at least {MIN_TRACE_ROWS}. Each probe replays the first "
+        "probe_requests rows, time-scaled to the probed rate.",
     )
 
     @model_validator(mode="after")
@@ -100,7 +108,9 @@ class Slo(Input):
 
 
 class PlanRequest(Input):
-    """What to plan: a model, its traffic and SLOs, and the candidates to consider."""
+    """What to plan: a model, its traffic and SLOs, and the candidates to consider. The work one
+    plan may demand is bounded: in candidates (see `gpus`) and in simulated steps (see
+    `probe_requests`)."""
 
     model: str | ModelArchitecture = Field(
         description="A catalog model id, or an inline architecture.", examples=["llama-3-8b"]
@@ -111,7 +121,9 @@ class PlanRequest(Input):
         default=None,
         min_length=1,
         max_length=64,
-        description="Candidate catalog GPU ids; default every catalog GPU with a price.",
+        description="Candidate catalog GPU ids; default every catalog GPU with a price. A plan "
+        f"screens at most {MAX_CANDIDATES:,} candidates (GPUs x tp_candidates x formats x "
+        "max_num_seqs x chunk_tokens); more is a 422 naming `candidates`.",
     )
     price_overrides: dict[str, UsdPerGpuHour] = Field(
         default_factory=dict,
@@ -165,14 +177,28 @@ class PlanRequest(Input):
         default=DEFAULT_PROBE_REQUESTS,
         ge=500,
         le=20000,
-        description="Requests per simulation probe; about 1 % of them lie above the p99.",
+        description="Requests per simulation probe; about 1 % of them lie above the p99. All "
+        f"probes of a plan together may simulate {DEFAULT_MAX_SIMULATED_STEPS:,} forward steps "
+        "(about a minute of CPU); a plan that needs more is a 422 naming this field.",
+    )
+    confirm_requests: int = Field(
+        default=DEFAULT_CONFIRM_REQUESTS,
+        ge=0,
+        le=50000,
+        description="Confirm each replica count found with probes of this many requests (the "
+        "same ones and more), searching upward if they miss; 0, or no more than "
+        "probe_requests: no confirmation. A 3,000-request probe is 0.3-3 % optimistic in "
+        "sustainable rate near saturation; 10,000 requests remove that at about 2.5 times the "
+        "planning time.",
     )
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of the simulated requests.")
     max_plans: int = Field(
         default=3, ge=1, le=50, description="Fully planned candidates to return, cheapest first."
     )
     exhaustive: bool = Field(
-        default=False, description="Plan every candidate instead of pruning the dearer ones."
+        default=False,
+        description="Plan every candidate instead of pruning the dearer ones (many more "
+        "simulations: the simulated-step limit of probe_requests applies).",
     )
     disaggregated: bool = Field(
         default=False, description="Also size separate prefill and decode pools, and compare."
@@ -204,6 +230,7 @@ class PlanRequest(Input):
             efficiency=self.efficiency,
             gpu_memory_utilization=self.gpu_memory_utilization,
             probe_requests=self.probe_requests,
+            confirm_requests=self.confirm_requests,
             seed=self.seed,
             max_plans=self.max_plans,
             exhaustive=self.exhaustive,
@@ -364,10 +391,5 @@ class PlanSummary(BaseModel):
         )
 
 
-class PlanList(BaseModel):
+class PlanList(Page[PlanSummary]):
     """One page of stored plans, newest first."""
-
-    items: list[PlanSummary] = Field(description="This page, newest first.")
-    total: int = Field(description="How many plans match in all.")
-    limit: int = Field(description="Page size asked for.")
-    offset: int = Field(description="Plans skipped before this page.")

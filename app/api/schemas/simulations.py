@@ -10,7 +10,12 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_va
 from app.api.schemas.common import Input
 from app.api.schemas.targets import TargetEcho, TargetRequest, echo
 from app.engine.simulator import Percentiles
-from app.services.simulations import SimulationRun
+from app.services.simulations import (
+    MAX_ARRIVAL_S,
+    MAX_SIMULATED_STEPS,
+    MIN_REQUESTS_PER_S,
+    SimulationRun,
+)
 
 __all__ = [
     "MAX_REQUESTS",
@@ -26,15 +31,21 @@ __all__ = [
 ]
 
 MAX_REQUESTS = 200_000
-"""Most requests one simulation serves (a trace's rows or `num_requests`): about 2 to 4 s."""
+"""Most requests one simulation serves (a trace's rows or `num_requests`)."""
+_WORK_LIMIT = (
+    f"A run may take at most {MAX_SIMULATED_STEPS:,} forward steps (seconds to tens of seconds "
+    "of CPU); a workload that needs more is a 422, before it runs when its lengths already show "
+    "it (decode tokens over max_num_seqs, all tokens over max_num_batched_tokens)."
+)
 _MAX_TOKENS = 2**24
 
 TraceRow = tuple[
-    Annotated[float, Field(ge=0, allow_inf_nan=False)],
+    Annotated[float, Field(ge=0, le=MAX_ARRIVAL_S, allow_inf_nan=False)],
     Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
     Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
 ]
-"""(arrival_s, prompt_tokens, output_tokens): a JSON array of three numbers."""
+"""(arrival_s, prompt_tokens, output_tokens): a JSON array of three numbers. Arrivals at most
+1e9 s (float64 still resolves them to 0.1 us); lengths within the model's context."""
 
 
 class LengthDistribution(Input):
@@ -49,13 +60,18 @@ class LengthDistribution(Input):
         default=None, ge=1, le=_MAX_TOKENS, description="90th percentile, tokens; >= p50."
     )
     p99: float | None = Field(
-        default=None, ge=1, le=_MAX_TOKENS, description="99th percentile, tokens; >= p90."
+        default=None,
+        ge=1,
+        le=_MAX_TOKENS,
+        description="99th percentile, tokens; >= p90, and within the model's context (samples "
+        "beyond it are clamped to it).",
     )
     edges_tokens: list[Annotated[int, Field(ge=1, le=_MAX_TOKENS)]] | None = Field(
         default=None,
         min_length=2,
         max_length=1001,
-        description="Histogram bin edges, strictly increasing: bin i is [edge i, edge i+1).",
+        description="Histogram bin edges, strictly increasing: bin i is [edge i, edge i+1). "
+        "The last edge less one may not exceed the model's context.",
     )
     weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
         default=None,
@@ -103,10 +119,17 @@ class Workload(Input):
     """Poisson arrivals at `requests_per_s`, lengths drawn from the two distributions."""
 
     requests_per_s: float = Field(
-        gt=0, le=1e6, allow_inf_nan=False, description="Arrival rate.", examples=[5.0]
+        ge=MIN_REQUESTS_PER_S,
+        le=1e6,
+        allow_inf_nan=False,
+        description=f"Arrival rate, at least {MIN_REQUESTS_PER_S:g}.",
+        examples=[5.0],
     )
     num_requests: int = Field(
-        default=3000, ge=1, le=MAX_REQUESTS, description="How many requests to simulate."
+        default=3000,
+        ge=1,
+        le=MAX_REQUESTS,
+        description=f"How many requests to simulate. {_WORK_LIMIT}",
     )
     prompt_tokens: LengthDistribution = Field(description="Prompt lengths.")
     output_tokens: LengthDistribution = Field(
@@ -172,7 +195,8 @@ class SimulationRequest(TargetRequest):
         default=None,
         min_length=1,
         max_length=MAX_REQUESTS,
-        description="Requests as [arrival_s, prompt_tokens, output_tokens] rows, in any order.",
+        description="Requests as [arrival_s, prompt_tokens, output_tokens] rows, in any order. "
+        f"{_WORK_LIMIT}",
         examples=[[[0.0, 2048, 256], [0.1, 512, 128]]],
     )
     slo: SimulationSlo | None = Field(default=None, description="Objectives for goodput.")

@@ -9,17 +9,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.api.schemas.common import Input
-from app.api.schemas.gpus import GpuHardware
+from app.api.schemas.gpus import EfficiencyFractions, EfficiencyValues, GpuHardware
 from app.api.schemas.models import ModelArchitecture
 from app.services.targets import Target
 
 __all__ = [
+    "DeploymentFields",
     "EfficiencyOverride",
     "EfficiencyUsed",
     "StorageFormat",
     "TargetEcho",
     "TargetRequest",
     "echo",
+    "spec_fields",
 ]
 
 
@@ -34,17 +36,37 @@ class StorageFormat(StrEnum):
     FP4 = "fp4"
 
 
-class EfficiencyOverride(Input):
+class EfficiencyOverride(EfficiencyFractions):
     """Efficiencies for a what-if, instead of the GPU's calibration."""
 
-    gemm: float = Field(gt=0, le=1, description="Fraction of tensor-core peak in linear layers.")
-    attention: float = Field(gt=0, le=1, description="Fraction of tensor-core peak in attention.")
-    memory: float = Field(gt=0, le=1, description="Fraction of memory bandwidth.")
-    communication: float = Field(default=1.0, gt=0, le=1, description="Fraction of link bandwidth.")
-    overhead_ms: float = Field(default=0.0, ge=0, le=1000, description="Added to every step.")
+
+def spec_fields(ref: str | BaseModel | None) -> str | dict[str, Any] | None:
+    """A catalog id as it is; an inline spec as the plain fields `app.services.specs` maps."""
+    return ref.model_dump() if isinstance(ref, BaseModel) else ref
 
 
-class TargetRequest(Input):
+class DeploymentFields(Input):
+    """How the model is deployed: its tensor-parallel degree and storage formats."""
+
+    tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.", examples=[1])
+    weight_dtype: StorageFormat = Field(
+        default=StorageFormat.BF16,
+        description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
+    )
+    kv_dtype: StorageFormat = Field(default=StorageFormat.BF16, description="KV-cache format.")
+
+    def deployment_kwargs(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "weight_dtype": self.weight_dtype.value,
+            "kv_dtype": self.kv_dtype.value,
+        }
+
+
+class TargetRequest(DeploymentFields):
+    """Which model, on which GPU, deployed how, timed how. Each estimate request adds its
+    workload fields to these."""
+
     model: str | ModelArchitecture = Field(
         description="A catalog model id, or an inline architecture for a what-if.",
         examples=["llama-3-8b"],
@@ -53,12 +75,6 @@ class TargetRequest(Input):
         description="A catalog GPU id, or inline hardware figures for a what-if.",
         examples=["h100-sxm5-80gb"],
     )
-    tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.", examples=[1])
-    weight_dtype: StorageFormat = Field(
-        default=StorageFormat.BF16,
-        description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
-    )
-    kv_dtype: StorageFormat = Field(default=StorageFormat.BF16, description="KV-cache format.")
     efficiency: Literal["calibrated", "ideal"] | EfficiencyOverride = Field(
         default="calibrated",
         description=(
@@ -69,36 +85,26 @@ class TargetRequest(Input):
     )
 
     def refs(self) -> dict[str, object]:
-        """The catalog references, for `SpecCache.covers`."""
+        """The catalog ids this request names, for `SpecCache.generations`."""
         return {"model": self.model, "gpu": self.gpu}
 
     def target_kwargs(self) -> dict[str, Any]:
         """The arguments of `app.services.targets.resolve_target`."""
-        return {
-            "model": self.model if isinstance(self.model, str) else self.model.model_dump(),
-            "gpu": self.gpu if isinstance(self.gpu, str) else self.gpu.model_dump(),
-            "tp": self.tp,
-            "weight_dtype": self.weight_dtype.value,
-            "kv_dtype": self.kv_dtype.value,
-            "efficiency": (
-                self.efficiency
-                if isinstance(self.efficiency, str)
-                else self.efficiency.model_dump()
-            ),
+        return self.deployment_kwargs() | {
+            "model": spec_fields(self.model),
+            "gpu": spec_fields(self.gpu),
+            "efficiency": spec_fields(self.efficiency),
         }
 
+    def workload_fields(self) -> dict[str, Any]:
+        """The fields a subclass adds, as the keyword arguments of its estimate service."""
+        return self.model_dump(exclude=set(TargetRequest.model_fields))
 
-class EfficiencyUsed(BaseModel):
+
+class EfficiencyUsed(EfficiencyValues):
     """The efficiencies an estimate was timed with, and where they come from."""
 
     mode: str = Field(description="`calibrated`, `ideal` or `custom`.")
-    gemm: float = Field(description="Fraction of tensor-core peak in linear layers.")
-    attention: float = Field(description="Fraction of tensor-core peak in attention.")
-    memory: float = Field(description="Fraction of memory bandwidth.")
-    communication: float = Field(description="Fraction of link bandwidth.")
-    overhead_ms: float = Field(description="Fixed cost added to every step.")
-    source: str = Field(description="Where the values come from.")
-    calibration_id: str | None = Field(description="The calibration that set them, if any.")
 
 
 class TargetEcho(BaseModel):

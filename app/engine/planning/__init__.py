@@ -3,10 +3,13 @@ SLOs. `plan_capacity` is the entry point; see `app.engine.planning.planner` for 
 
 from app.engine.planning.inputs import (
     DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
     DEFAULT_DTYPE_PAIRS,
     DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_MAX_SIMULATED_STEPS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
+    MAX_CANDIDATES,
     GpuOffer,
     PlanOptions,
     Slo,
@@ -26,10 +29,13 @@ from app.engine.planning.results import (
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
+    "DEFAULT_CONFIRM_REQUESTS",
     "DEFAULT_DTYPE_PAIRS",
     "DEFAULT_MAX_NUM_SEQS",
+    "DEFAULT_MAX_SIMULATED_STEPS",
     "DEFAULT_PROBE_REQUESTS",
     "DEFAULT_TP_CANDIDATES",
+    "MAX_CANDIDATES",
     "CandidatePlan",
     "CandidateStatus",
     "CapacityPlan",

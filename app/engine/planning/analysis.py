@@ -1,10 +1,11 @@
 """Closed forms the planner decides with before it simulates: what a replica's KV cache holds,
 what the requests cost a lone replica, and the most requests per second a replica can complete.
 
-All of them need only `StepTimer.seconds`, so they hold for any timer, and they are bounds in
-the direction the search needs: a lone request is the fastest a request is ever served (so an SLO
-it misses is unreachable at any load), and `capacity_bound` is never below the rate a simulation
-can sustain (so a cost computed from it is a lower bound, and pruning by it is safe).
+They need only `StepTimer.seconds` (with the engine's `StepCostModel`, its closed forms are used
+where it has them), and they are bounds in the direction the search needs: a lone request is the
+fastest a request is ever served (so an SLO it misses is unreachable at any load), and
+`capacity_bound` is never below the rate a simulation can sustain (so a cost computed from it is a
+lower bound, and pruning by it is safe). What each assumes of the timer is said where it is used.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.engine.counting import OpClass
+from app.engine.estimates import prefill_seconds
 from app.engine.planning.probes import ProbeSample
 from app.engine.simulator import StepTimer
+from app.engine.step_cost import StepCostModel, decode_load
 from app.engine.step_load import StepLoad
 
 __all__ = ["LoadStats", "capacity_bound", "lone_decode_seconds", "lone_prefill_seconds"]
@@ -55,7 +59,12 @@ class LoadStats:
 
 
 def lone_prefill_seconds(timer: StepTimer, prompt_tokens: int, chunk_tokens: int) -> float:
-    """TTFT of a prompt alone on the replica: its chunks of up to `chunk_tokens`, back to back."""
+    """TTFT of a prompt alone on the replica: its chunks of up to `chunk_tokens`, back to back.
+
+    With `StepCostModel` this is `estimates.prefill_seconds` (a closed-form sum, whatever the
+    number of chunks); any other timer is called once per chunk."""
+    if isinstance(timer, StepCostModel):
+        return prefill_seconds(timer, prompt_tokens, chunk_tokens=chunk_tokens)[0]
     total, done = 0.0, 0
     while done < prompt_tokens:
         take = min(chunk_tokens, prompt_tokens - done)
@@ -75,7 +84,33 @@ def lone_prefill_seconds(timer: StepTimer, prompt_tokens: int, chunk_tokens: int
 def lone_decode_seconds(timer: StepTimer, context_tokens: int) -> float:
     """One decode step of a lone sequence at `context_tokens`: the TPOT of a request alone, at
     its mid-life context (exact for a step time affine in the context)."""
-    return timer.seconds(StepLoad(decode_seqs=1, decode_context_tokens=context_tokens))
+    return timer.seconds(decode_load(1, context_tokens))
+
+
+def _concave_excess_seconds(timer: StepTimer, tokens: int, max_tokens: int) -> float:
+    """How far a step of `tokens` tokens lies above the timer's convex minorant over steps of
+    1 to `max_tokens` tokens (0 for a timer whose step time is convex in its load).
+
+    `StepCostModel` is convex but for a mixture-of-experts layer: its expert weights are read for
+    the expected distinct experts the step's tokens touch, concave in the tokens. Replacing that
+    read by its chord between 1 and `max_tokens` tokens gives a convex minorant (the chord lies
+    below a concave curve, and starts at a non-negative intercept); the excess is the difference
+    at `tokens`, from `StepCostModel.breakdown`, the same formulas that time the step.
+    """
+    if not isinstance(timer, StepCostModel) or timer.model.moe is None:
+        return 0.0
+    if not 1 < tokens < max_tokens:
+        return 0.0
+
+    def experts(count: int) -> tuple[float, float]:
+        op = timer.breakdown(decode_load(count, 1)).op(OpClass.MOE_EXPERTS)
+        return op.compute_s, op.memory_s
+
+    _, low_memory_s = experts(1)
+    _, high_memory_s = experts(max_tokens)
+    compute_s, memory_s = experts(tokens)
+    chord_s = low_memory_s + (high_memory_s - low_memory_s) * (tokens - 1) / (max_tokens - 1)
+    return max(compute_s, memory_s) - max(compute_s, chord_s)
 
 
 def capacity_bound(
@@ -90,18 +125,35 @@ def capacity_bound(
 
     At rate r the replica computes per second r*E[P] prompt tokens and r*E[T-1] decode tokens in
     sigma steps, each of at most `chunk_tokens` tokens and at most N decodes, N the smaller of
-    `max_num_seqs` and the sequences the KV cache holds at their mean context; so
-    sigma >= r * max(E[P + T - 1] / chunk, E[T - 1] / N). A step's time is convex in its load
-    (a sum of maxima of affine terms), so by Jensen the steps of one second take at least
-    sigma * seconds(mean load), which grows with sigma: the least sigma gives the bound
-    r <= 1 / (sigma_1 * seconds(load_1 / sigma_1)) at r = 1. Loads are rounded down, which only
-    loosens the bound. (A mixture-of-experts step is concave in its tokens; there the bound is an
-    approximation.)
+    `max_num_seqs` and the sequences the KV cache holds at their mean context (the sum of the
+    decodes' contexts never exceeds the cache); so
+    sigma >= r * max(E[P + T - 1] / chunk, E[T - 1] / N) = r * sigma_1.
+
+    Two bounds follow; the answer is the smaller, and it is never infinite for a timer whose
+    one-token steps take time:
+
+    - Every step takes at least the shortest one-token step, f_1 (a timer that does not get
+      faster with more work): r <= 1 / (sigma_1 * f_1). Loose, but it holds for any such timer.
+    - A step's time is convex in its load (a sum of maxima of affine terms with non-negative
+      intercepts), so by Jensen the steps of one second take at least sigma * seconds(mean
+      load), which grows with sigma: r <= 1 / (sigma_1 * seconds(load_1 / sigma_1)). Loads are
+      rounded down to whole tokens, which only loosens it. A mixture-of-experts step is not
+      convex in its tokens (see `_concave_excess_seconds`): its convex minorant is used, so the
+      bound holds there too, more loosely. A custom timer must be convex for this bound to hold.
     """
     decodes = min(float(max_num_seqs), kv_capacity_tokens / max(stats.mean_decode_context, 1.0))
     steps = max(
         (stats.prompt_tokens + stats.decode_tokens) / chunk_tokens,
         stats.decode_tokens / max(decodes, 1e-9),
+    )
+    # Any step: at least one prompt token, or one decode over a context of at least one token.
+    shortest_s = min(
+        timer.seconds(
+            StepLoad(
+                prefill_tokens=1, prefill_chunks=1, prefill_attention_pairs=1.0, prefill_kv_tokens=1
+            )
+        ),
+        timer.seconds(decode_load(1, 1)),
     )
     load = StepLoad(
         prefill_tokens=math.floor(stats.prompt_tokens / steps),
@@ -111,7 +163,8 @@ def capacity_bound(
         decode_seqs=math.floor(stats.decode_tokens / steps),
         decode_context_tokens=math.floor(stats.decode_context_tokens / steps),
     )
-    seconds = timer.seconds(load)
+    mean_s = timer.seconds(load) - _concave_excess_seconds(timer, load.tokens, chunk_tokens)
+    seconds = max(shortest_s, mean_s)
     if not seconds > 0:
         return math.inf
     return 1.0 / (steps * seconds)

@@ -21,8 +21,8 @@ from statistics import NormalDist
 
 from app.engine.planning.analysis import LoadStats, capacity_bound
 from app.engine.planning.inputs import GpuOffer, Slo
-from app.engine.planning.probes import ProbeRunner, ProbeSample
-from app.engine.planning.results import DisaggregatedPlan
+from app.engine.planning.probes import ProbeRunner, ProbeSample, StepBudget
+from app.engine.planning.results import DisaggregatedPlan, usd_per_million_output_tokens
 from app.engine.planning.search import LOW_LOAD_FRACTION, search_replicas
 from app.engine.simulator import SchedulerConfig, StepTimer
 from app.engine.specs import Deployment
@@ -32,7 +32,6 @@ from app.engine.units import MS_PER_S
 __all__ = ["DisaggregatedOutcome", "plan_disaggregated"]
 
 _Z99 = NormalDist().inv_cdf(0.99)
-_SECONDS_PER_HOUR = 3600.0
 METHOD = (
     "prefill pool: simulated with each request stopping at its first token, against the TTFT "
     "SLOs; decode pool: analytical, the largest decode batch whose step meets the TPOT SLO at "
@@ -48,6 +47,7 @@ class DisaggregatedOutcome:
 
 
 def _decode_step_s(timer: StepTimer, batch: int, context: float) -> float:
+    """A decode step of `batch` sequences whose contexts average `context` tokens."""
     return timer.seconds(
         StepLoad(decode_seqs=batch, decode_context_tokens=math.ceil(batch * context))
     )
@@ -81,6 +81,7 @@ def plan_disaggregated(
     traffic_rps: float,
     demand_rps: float,
     aggregated_cost_per_hour_usd: float,
+    budget: StepBudget | None = None,
 ) -> DisaggregatedOutcome:
     """Size both pools for `demand_rps` (traffic with headroom); see the module docstring."""
     per_replica_usd = deployment.tp * offer.price_per_gpu_hour_usd
@@ -102,6 +103,7 @@ def plan_disaggregated(
         scheduler=scheduler,
         slo=slo,
         check_tpot=False,
+        budget=budget,
     )
     k_limit = max(k_min, math.ceil(demand_rps / (capacity * LOW_LOAD_FRACTION)))
     prefill = search_replicas(runner, demand_rps, k_min, k_limit).replicas
@@ -126,7 +128,7 @@ def plan_disaggregated(
     if prefill is not None and decode is not None:
         gpus = (prefill + decode) * deployment.tp
         cost = (prefill + decode) * per_replica_usd
-        per_million = cost / (traffic_rps * sample.mean_output_tokens * _SECONDS_PER_HOUR / 1e6)
+        per_million = usd_per_million_output_tokens(cost, traffic_rps, sample.mean_output_tokens)
     if cost is None:
         cheaper = "aggregated"
         pool = "prefill" if prefill is None else "decode"

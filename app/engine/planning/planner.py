@@ -11,15 +11,30 @@ microseconds):
 2. Branch and bound: candidates in order of that cost bound; a candidate whose bound is not below
    the `max_plans`-th best cost found so far cannot enter the answer and is pruned unsimulated,
    and a simulated one stops searching at the replica count that would cost as much.
-3. The replica search (`search.search_replicas`) probes the per-replica rate demand / k.
+3. The replica search (`search.search_replicas`) probes the per-replica rate demand / k with
+   `probe_requests` requests. With `confirm_requests` set, it then confirms the k it found with
+   that many (the same requests and more), searching upward from k with those if it misses. A
+   short probe sees a short stretch of traffic: near saturation its p99 rarely includes the long
+   busy periods that set a replica's steady-state p99, so it is slightly optimistic (3,000
+   requests: up to some 3 % in sustainable rate; `inputs.DEFAULT_PROBE_REQUESTS`), which can plan
+   one replica too few at the margin. The confirmation comes before the candidate's cost can
+   prune others, so pruning stays safe.
 4. For the plans returned: the sustainable rate of one replica, narrowed by bisection between a
    rate that met the SLOs and one that missed (`search.refine_rate`), and the predicted p50/p99
-   latencies at the planned load traffic / replicas.
+   latencies at the planned load traffic / replicas, both with the confirming probes if any.
 
 replicas = ceil(traffic * (1 + headroom) / sustainable rate), found as the smallest whole k whose
 probe at traffic * (1 + headroom) / k meets the SLOs; gpus_total = replicas * tp;
 cost_per_hour = gpus_total * price; cost per million output tokens =
-cost_per_hour / (traffic * mean output tokens * 3600) * 1e6.
+cost_per_hour / (traffic * mean output tokens * 3600) * 1e6 (the traffic itself: headroom is
+paid for, not served). Headroom is applied once, to the rate the replicas are sized for; the
+predicted latencies are at the traffic without it, traffic / replicas per replica.
+
+The search never probes fewer than k_min replicas, so it relies on the capacity bound being an
+upper bound (`analysis.capacity_bound`; it is for `StepCostModel`, mixture-of-experts included).
+A candidate still missing the SLOs at `LOW_LOAD_FRACTION` of that bound per replica is reported
+infeasible rather than searched further: it would cost at least 1 / LOW_LOAD_FRACTION times its
+cost bound.
 """
 
 from __future__ import annotations
@@ -28,22 +43,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from app.engine.planning.disaggregated import plan_disaggregated
 from app.engine.planning.inputs import GpuOffer, PlanOptions, Slo, Traffic
-from app.engine.planning.probes import ProbeRunner, build_sample
+from app.engine.planning.probes import ProbeRunner, ProbeSample, StepBudget, build_sample
 from app.engine.planning.results import (
     CandidatePlan,
     CandidateStatus,
     CapacityPlan,
     PredictedLatency,
+    usd_per_million_output_tokens,
 )
 from app.engine.planning.screening import Candidate, finite, screen
 from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate, search_replicas
 from app.engine.specs import ModelSpec, SpecError
 
 __all__ = ["plan_capacity"]
-
-_SECONDS_PER_HOUR = 3600.0
 
 
 def _kth_best(costs: list[float], k: int) -> float:
@@ -63,12 +79,71 @@ def _predicted(runner: ProbeRunner, requests_per_s: float) -> PredictedLatency:
     )
 
 
+def _replicas_below(threshold: float, per_replica: float) -> int:
+    """The most replicas costing strictly less than `threshold` (inf: no limit)."""
+    if not math.isfinite(threshold):
+        return 2**62
+    k = max(0, math.ceil(threshold / per_replica) - 1)
+    while (k + 1) * per_replica < threshold:  # the division may round either way
+        k += 1
+    while k > 0 and k * per_replica >= threshold:
+        k -= 1
+    return k
+
+
+def _with_sample(runner: ProbeRunner, sample: ProbeSample) -> ProbeRunner:
+    """A runner like `runner` (same timer, cache, scheduler, SLOs, budget) serving `sample`."""
+    return ProbeRunner(
+        sample,
+        runner.timer,
+        kv_capacity_tokens=runner.kv_capacity_tokens,
+        block_tokens=runner.block_tokens,
+        scheduler=runner.scheduler,
+        slo=runner.slo,
+        check_tpot=runner.check_tpot,
+        budget=runner.budget,
+    )
+
+
+def _notes(sample: ProbeSample, slo: Slo, seed: int) -> list[str]:
+    notes = [
+        f"each probe simulates {len(sample)} requests (seed {seed}); the p99 has "
+        f"{len(sample) // 100} requests above it. They are one stretch of traffic, not "
+        "independent draws: near saturation a 3,000-request probe meets the SLAs up to some 3 % "
+        "above the rate long runs sustain (confirm_requests 10000 confirms the replica counts)",
+        "replicas: the fewest k whose probe at traffic x (1 + headroom) / k meets the SLAs; the "
+        "sustainable rate per replica is narrowed to within 5 % or 3 more probes",
+    ]
+    low = 0
+    for bucket in slo.ttft_buckets:
+        inside = int(
+            np.count_nonzero(
+                (sample.prompt_tokens > low) & (sample.prompt_tokens <= bucket.max_prompt_tokens)
+            )
+        )
+        if inside < 100:
+            notes.append(
+                f"only {inside} probe request(s) have prompts in ({low}, "
+                f"{bucket.max_prompt_tokens}] tokens: that bucket's p99 is about its largest "
+                "TTFT"
+            )
+        low = bucket.max_prompt_tokens
+    return notes
+
+
 @dataclass(slots=True)
 class _Found:
     candidate: Candidate
     runner: ProbeRunner
+    """The runner the replica count was settled with (the confirming one, when there is one)."""
     replicas: int
     failing: int | None
+    searched: int = 0
+    """Simulations of the searching runner, when `runner` is the confirming one."""
+
+    @property
+    def simulations(self) -> int:
+        return self.runner.simulations + self.searched
 
     @property
     def cost(self) -> float:
@@ -85,16 +160,23 @@ def plan_capacity(
 ) -> CapacityPlan:
     """Plan `traffic` on `model` over every candidate of `offers` x `options` (module docstring).
 
-    `SpecError` when there is nothing to plan (no GPU offered) or the traffic is impossible.
+    `SpecError` when there is nothing to plan (no GPU offered), the traffic is impossible, there
+    are more than `MAX_CANDIDATES` candidates, or the probes would simulate more than
+    `options.max_simulated_steps` steps in all.
     """
     options = options or PlanOptions()
     if not offers:
         raise SpecError("gpus", "needs at least one GPU")
     sample = build_sample(traffic, options.probe_requests, options.seed)
+    confirm_sample = None
+    if options.confirm_requests > options.probe_requests:
+        longer = build_sample(traffic, options.confirm_requests, options.seed)
+        confirm_sample = longer if len(longer) > len(sample) else None
     demand = traffic.requests_per_s * (1 + options.headroom)
     live, infeasible = screen(model, offers, sample, slo, options, demand=demand)
     live.sort(key=lambda c: (c.cost_bound, -c.capacity_rps, c.order))
     keep = options.max_plans
+    budget = StepBudget(options.max_simulated_steps)
 
     found: list[_Found] = []
     pruned: list[CandidatePlan] = []
@@ -117,9 +199,8 @@ def plan_capacity(
         k_limit = max(
             candidate.k_min, math.ceil(demand / (candidate.capacity_rps * LOW_LOAD_FRACTION))
         )
-        k_cap = k_limit
-        if math.isfinite(threshold):
-            k_cap = min(k_limit, math.ceil(threshold / per_replica) - 1)
+        # k_min costs less than the threshold (not pruned above), so k_cap >= k_min.
+        k_cap = max(candidate.k_min, min(k_limit, _replicas_below(threshold, per_replica)))
         runner = ProbeRunner(
             sample,
             candidate.timer,
@@ -127,10 +208,24 @@ def plan_capacity(
             block_tokens=options.block_tokens,
             scheduler=candidate.scheduler,
             slo=slo,
+            budget=budget,
         )
         search = search_replicas(runner, demand, candidate.k_min, k_cap)
         simulations += runner.simulations
-        if search.replicas is not None:
+        searched = 0
+        if search.replicas is not None and confirm_sample is not None:
+            confirmer = _with_sample(runner, confirm_sample)
+            confirmed = search_replicas(confirmer, demand, search.replicas, k_cap)
+            simulations += confirmer.simulations
+            searched, runner = runner.simulations, confirmer
+            if confirmed.replicas is not None:
+                # The largest k known to miss: the confirming search's, else the short one's
+                # (a short probe is the optimistic one: what it misses, a longer one misses).
+                failing = confirmed.largest_failing or search.largest_failing
+                found.append(_Found(candidate, confirmer, confirmed.replicas, failing, searched))
+                continue
+            search = confirmed
+        elif search.replicas is not None:
             found.append(_Found(candidate, runner, search.replicas, search.largest_failing))
             continue
         misses = "; ".join(search.outcome.misses) if search.outcome else ""
@@ -147,7 +242,7 @@ def plan_capacity(
                         ],
                     ),
                     cost_lower_bound_per_hour_usd=(k_cap + 1) * per_replica,
-                    simulations=runner.simulations,
+                    simulations=runner.simulations + searched,
                 )
             )
         else:
@@ -157,10 +252,11 @@ def plan_capacity(
                         CandidateStatus.INFEASIBLE,
                         [
                             f"SLA unreachable even at low load: at {rate:.3g} requests/s per "
-                            f"replica, {LOW_LOAD_FRACTION:.3g} of its analytic capacity: {misses}"
+                            f"replica, {LOW_LOAD_FRACTION:.3g} of its analytic capacity "
+                            f"({k_cap} replica(s)): {misses}; more replicas were not searched"
                         ],
                     ),
-                    simulations=runner.simulations,
+                    simulations=runner.simulations + searched,
                 )
             )
 
@@ -180,7 +276,7 @@ def plan_capacity(
                     ),
                     replicas=item.replicas,
                     cost_lower_bound_per_hour_usd=item.cost,
-                    simulations=item.runner.simulations,
+                    simulations=item.simulations,
                 )
             )
             continue
@@ -195,21 +291,19 @@ def plan_capacity(
         predicted = _predicted(item.runner, traffic.requests_per_s / item.replicas)
         simulations += item.runner.simulations - before
         gpus = item.replicas * c.deployment.tp
-        # Output tokens per hour of the whole traffic, in millions.
-        million_tokens_per_hour = (
-            traffic.requests_per_s * sample.mean_output_tokens * _SECONDS_PER_HOUR / 1e6
-        )
         planned.append(
             replace(
                 c.result(CandidateStatus.PLANNED, []),
                 replicas=item.replicas,
                 gpus_total=gpus,
                 cost_per_hour_usd=item.cost,
-                cost_per_million_output_tokens_usd=item.cost / million_tokens_per_hour,
+                cost_per_million_output_tokens_usd=usd_per_million_output_tokens(
+                    item.cost, traffic.requests_per_s, sample.mean_output_tokens
+                ),
                 max_requests_per_s_per_replica=meets_rps,
                 failing_requests_per_s_per_replica=finite(failing_rps),
                 predicted=predicted,
-                simulations=item.runner.simulations,
+                simulations=item.simulations,
             )
         )
 
@@ -228,15 +322,18 @@ def plan_capacity(
             traffic_rps=traffic.requests_per_s,
             demand_rps=demand,
             aggregated_cost_per_hour_usd=best.cost,
+            budget=budget,
         )
         simulations += disaggregated.simulations
     pruned.sort(key=lambda p: p.cost_lower_bound_per_hour_usd or 0.0)
-    notes = [
-        f"each probe simulates {len(sample)} requests (seed {options.seed}); the p99 has "
-        f"{len(sample) // 100} requests above it",
-        "replicas: the fewest k whose probe at traffic x (1 + headroom) / k meets the SLAs; the "
-        "sustainable rate per replica is narrowed to within 5 % or 3 more probes",
-    ]
+    notes = _notes(sample, slo, options.seed)
+    if confirm_sample is not None:
+        notes.insert(
+            2,
+            f"each replica count found is confirmed with {len(confirm_sample)} requests (the "
+            f"same {len(sample)} and more), and searched upward if it misses there; the "
+            "sustainable rate and the predicted latencies come from those longer probes",
+        )
     if pruned:
         notes.append(
             f"{len(pruned)} candidate(s) pruned: they cannot beat the {keep} plan(s) returned "

@@ -10,6 +10,13 @@ A trace is replayed the same way: its first rows, time-scaled.
 A probe meets the SLOs when the simulated run is not saturated and the p99 over its requests of
 TTFT (overall and per prompt-length bucket) and of TPOT are within the objectives. Requests the
 KV cache can never hold count as missing the TTFT objective.
+
+The p99 of a probe is an order statistic of one simulated stretch of traffic: its requests are
+not independent (a burst delays many of them at once), so its sampling error is larger than the
+binomial figure for independent draws; more `probe_requests` (a longer stretch) narrow it.
+
+Work is bounded: every probe of a plan draws on one `StepBudget` of simulated steps, and a plan
+that would need more raises `SpecError` naming `probe_requests`.
 """
 
 from __future__ import annotations
@@ -20,12 +27,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.engine.planning.inputs import Slo, Traffic
-from app.engine.simulator import SchedulerConfig, SimulationResult, StepTimer, simulate
+from app.engine.simulator import (
+    SchedulerConfig,
+    SimulationResult,
+    SimulationTooLong,
+    StepTimer,
+    simulate,
+)
 from app.engine.specs import SpecError
 from app.engine.units import MS_PER_S
 from app.engine.workload import PoissonWorkload, Trace
 
-__all__ = ["ProbeOutcome", "ProbeRunner", "ProbeSample", "build_sample"]
+__all__ = ["ProbeOutcome", "ProbeRunner", "ProbeSample", "StepBudget", "build_sample"]
 
 _MEAN_SAMPLE = 100_000  # draws for the traffic's mean lengths (relative error ~0.3 %)
 _NEVER_S = 1e30  # the TTFT of a request the KV cache cannot hold: beyond any objective
@@ -113,6 +126,25 @@ class ProbeOutcome:
     """Which objectives failed, in words; empty when `meets`."""
 
 
+class StepBudget:
+    """The simulated forward steps a plan may still spend, shared by all its probes."""
+
+    def __init__(self, steps: int) -> None:
+        if steps < 1:
+            raise SpecError("max_simulated_steps", f"must be at least 1, got {steps}")
+        self.limit = steps
+        self.left = steps
+
+    def exhausted(self, detail: str) -> SpecError:
+        """The error a plan raises when a probe would overrun the budget."""
+        return SpecError(
+            "probe_requests",
+            f"planning needs more than the {self.limit:,} simulated steps a plan may take "
+            f"({detail}): plan fewer candidates (gpus, tp_candidates, formats, max_num_seqs, "
+            "chunk_tokens), with fewer probe_requests, or without exhaustive",
+        )
+
+
 def _p(values: NDArray[np.float64], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else 0.0
 
@@ -130,6 +162,7 @@ class ProbeRunner:
         scheduler: SchedulerConfig,
         slo: Slo,
         check_tpot: bool = True,
+        budget: StepBudget | None = None,
     ) -> None:
         self.sample = sample
         self.timer = timer
@@ -138,6 +171,7 @@ class ProbeRunner:
         self.scheduler = scheduler
         self.slo = slo
         self.check_tpot = check_tpot
+        self.budget = budget
         self.simulations = 0
         self._outcomes: dict[float, ProbeOutcome] = {}
         prompts = sample.prompt_tokens
@@ -153,13 +187,25 @@ class ProbeRunner:
         if known is not None:
             return known
         self.simulations += 1
-        result = simulate(
-            self.sample.trace(requests_per_s),
-            self.timer,
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            block_tokens=self.block_tokens,
-            scheduler=self.scheduler,
-        )
+        budget = self.budget
+        if budget is not None and budget.left < 1:
+            raise budget.exhausted("none is left for another probe")
+        try:
+            result = simulate(
+                self.sample.trace(requests_per_s),
+                self.timer,
+                kv_capacity_tokens=self.kv_capacity_tokens,
+                block_tokens=self.block_tokens,
+                scheduler=self.scheduler,
+                max_steps=budget.left if budget is not None else None,
+            )
+        except SimulationTooLong as error:
+            if budget is None:  # only a budget sets max_steps
+                raise
+            detail = f"a probe at {requests_per_s:.4g} requests/s: {error.message}"
+            raise budget.exhausted(detail) from None
+        if budget is not None:
+            budget.left -= result.steps
         outcome = self._judge(requests_per_s, result)
         self._outcomes[requests_per_s] = outcome
         return outcome

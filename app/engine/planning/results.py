@@ -14,7 +14,18 @@ __all__ = [
     "CapacityPlan",
     "DisaggregatedPlan",
     "PredictedLatency",
+    "usd_per_million_output_tokens",
 ]
+
+_SECONDS_PER_HOUR = 3600.0
+
+
+def usd_per_million_output_tokens(
+    cost_per_hour_usd: float, requests_per_s: float, mean_output_tokens: float
+) -> float:
+    """An hour's cost over the output tokens `requests_per_s` requests of `mean_output_tokens`
+    produce in that hour, per million: cost / (rate x mean output x 3600) x 1e6."""
+    return cost_per_hour_usd / (requests_per_s * mean_output_tokens * _SECONDS_PER_HOUR / 1e6)
 
 
 class CandidateStatus(StrEnum):

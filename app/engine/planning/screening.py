@@ -19,10 +19,10 @@ from app.engine.planning.analysis import (
     lone_decode_seconds,
     lone_prefill_seconds,
 )
-from app.engine.planning.inputs import GpuOffer, PlanOptions, Slo
+from app.engine.planning.inputs import MAX_CANDIDATES, GpuOffer, PlanOptions, Slo
 from app.engine.planning.probes import ProbeSample
 from app.engine.planning.results import CandidatePlan, CandidateStatus
-from app.engine.simulator import SchedulerConfig, StepTimer
+from app.engine.simulator import SchedulerConfig, StepTimer, kv_capacity_tokens
 from app.engine.specs import Deployment, ModelSpec, SpecError
 from app.engine.units import GB, MS_PER_S
 
@@ -178,8 +178,9 @@ def _kv_capacity(
     options: PlanOptions,
     *,
     footprint_tokens: NDArray[np.int64],
-) -> tuple[int, str | None]:
-    """The replica's KV cache in whole blocks, and why it does not fit the requests, if not."""
+) -> tuple[int, str | None, str | None]:
+    """The replica's KV cache in whole blocks, why it does not fit the requests (if not), and a
+    caveat when it fits all but a few of them."""
     memory = memory_plan(
         model,
         offer.gpu,
@@ -189,23 +190,35 @@ def _kv_capacity(
         max_num_seqs=scheduler.max_num_seqs,
     )
     block = options.block_tokens
-    tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
-    tokens = tokens // block * block
+    tokens = kv_capacity_tokens(memory, block)
     if tokens < block:
-        return tokens, (
-            f"does not fit: {memory.weights_bytes / GB:.1f} GB of weights and "
-            f"{memory.activation_reserve_bytes / GB:.1f} GB of activations per GPU leave no KV "
-            f"cache in {memory.usable_bytes / GB:.1f} GB usable"
+        return (
+            tokens,
+            (
+                f"does not fit: {memory.weights_bytes / GB:.1f} GB of weights and "
+                f"{memory.activation_reserve_bytes / GB:.1f} GB of activations per GPU leave no KV "
+                f"cache in {memory.usable_bytes / GB:.1f} GB usable"
+            ),
+            None,
         )
     # The simulator rejects a request whose last decode step needs more blocks than there are.
     too_long = np.count_nonzero(-(-footprint_tokens // block) * block > tokens)
     share = too_long / len(footprint_tokens)
     if share > MAX_REJECTED_FRACTION:
-        return tokens, (
+        return (
+            tokens,
             f"does not fit: the KV cache holds {tokens} tokens per replica and {share:.1%} of "
-            "the requests need more"
+            "the requests need more",
+            None,
         )
-    return tokens, None
+    if too_long:
+        return (
+            tokens,
+            None,
+            f"{share:.2%} of the requests need more KV cache than a replica's {tokens} tokens: "
+            "they cannot be served on it (the probes count them as missing the TTFT SLO)",
+        )
+    return tokens, None, None
 
 
 def screen(
@@ -230,6 +243,14 @@ def screen(
         for tp in options.tp_candidates
         for weight_dtype, kv_dtype in options.dtype_pairs
     ]
+    count = len(deployments) * len(schedulers)
+    if count > MAX_CANDIDATES:
+        raise SpecError(
+            "candidates",
+            f"{len(offers)} GPU(s) x {len(options.tp_candidates)} tp x "
+            f"{len(options.dtype_pairs)} format pair(s) x {len(schedulers)} scheduler setting(s) "
+            f"= {count} candidates, over the {MAX_CANDIDATES} a plan may screen",
+        )
     for offer, deployment in deployments:
         replication = max(1.0, deployment.tp / model.num_kv_heads)
         timer = _timer(model, offer, deployment, options)
@@ -244,7 +265,7 @@ def screen(
             )
         for scheduler in schedulers:
             chunk = scheduler.max_num_batched_tokens
-            kv_tokens, why = _kv_capacity(
+            kv_tokens, why, caveat = _kv_capacity(
                 model, offer, deployment, scheduler, options, footprint_tokens=footprint
             )
             why = why or _slo_miss_alone(timer, chunk, slo, lengths)
@@ -262,6 +283,14 @@ def screen(
                 max_num_seqs=scheduler.max_num_seqs,
                 kv_capacity_tokens=kv_tokens,
             )
+            caveats = [caveat] if caveat else []
+            held = kv_tokens / max(stats.mean_decode_context, 1.0)
+            if held < scheduler.max_num_seqs:
+                caveats.append(
+                    f"KV-limited batch: the cache holds about {held:.0f} sequences at the mean "
+                    f"decode context of {stats.mean_decode_context:.0f} tokens, fewer than "
+                    f"max_num_seqs {scheduler.max_num_seqs}"
+                )
             k_min = max(1, math.ceil(demand / capacity))
             live.append(
                 Candidate(
@@ -272,7 +301,7 @@ def screen(
                     timer=timer,
                     kv_capacity_tokens=kv_tokens,
                     replication=replication,
-                    reasons=list(reasons),
+                    reasons=[*reasons, *caveats],
                     capacity_rps=capacity,
                     k_min=k_min,
                     cost_bound=k_min * deployment.tp * offer.price_per_gpu_hour_usd,

@@ -1,0 +1,67 @@
+"""`SpecCache` shared by the event loop and the thread pool: a write's invalidation is never
+undone by a fill that read the row before the write, and the loop never reads the database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from app.catalog.db import make_engine, make_session_factory
+from app.services.spec_cache import NotCached, SpecCache
+from app.settings import Settings
+
+GPU = "h100-sxm5-80gb"
+
+
+@pytest.fixture
+def sessions(settings: Settings) -> Iterator[Any]:
+    engine = make_engine(settings.database_url)
+    try:
+        yield make_session_factory(engine)
+    finally:
+        engine.dispose()
+
+
+def test_a_fill_that_raced_an_invalidation_is_returned_but_not_kept(sessions: Any) -> None:
+    cache: SpecCache
+
+    @contextmanager
+    def session_with_a_write_meanwhile() -> Iterator[Session]:
+        with sessions() as session:
+            yield session
+        # What get_session does when another request's write commits during this read.
+        cache.invalidate("gpu", GPU)
+
+    cache = SpecCache(session_with_a_write_meanwhile, ttl_s=300.0)  # type: ignore[arg-type]
+    entry = cache.gpu(GPU)
+    assert entry.spec.id == GPU
+    assert cache.peek_gpu(GPU) is None  # the next estimate reads the row again
+    assert cache.generations(gpu=GPU) is None
+
+
+def test_a_quiet_fill_is_kept_with_a_new_generation(sessions: Any) -> None:
+    cache = SpecCache(sessions, ttl_s=300.0)
+    cache.gpu(GPU)
+    first = cache.generations(gpu=GPU)
+    assert first is not None and cache.peek_gpu(GPU) is not None
+    cache.invalidate("gpu", GPU)
+    cache.gpu(GPU)
+    second = cache.generations(gpu=GPU)
+    assert second is not None and second != first
+
+
+def test_cached_only_raises_on_a_miss_without_reading(sessions: Any) -> None:
+    def no_database() -> Session:
+        raise AssertionError("the event loop read the database")
+
+    cache = SpecCache(no_database, ttl_s=300.0)  # type: ignore[arg-type]
+    with cache.cached_only(), pytest.raises(NotCached):
+        cache.gpu(GPU)
+    filled = SpecCache(sessions, ttl_s=300.0)
+    filled.gpu(GPU)
+    with filled.cached_only():
+        assert filled.gpu(GPU).spec.id == GPU  # a hit needs no database
