@@ -91,7 +91,7 @@ class RunPoint(BaseModel):
     prompt_tokens: PositiveInt | None = Field(
         default=None, description="Prefill: prompt length per sequence, tokens. Null at decode."
     )
-    batch_size: int = Field(ge=1, description="Sequences processed together.")
+    batch_size: int = Field(ge=1, le=1 << 20, description="Sequences processed together.")
     context_tokens: PositiveInt | None = Field(
         default=None,
         description="Decode: KV-cache length each new token attends over, itself included, "
@@ -111,7 +111,9 @@ class RunPoint(BaseModel):
         "Null when skipped.",
     )
     repeats: int = Field(
-        ge=0, description="Timed repeats behind the statistics, warm-up excluded; 0 when skipped."
+        ge=0,
+        le=1_000_000,
+        description="Timed repeats behind the statistics, warm-up excluded; 0 when skipped.",
     )
     skipped: Skip | None = Field(
         default=None, description="Set when the point was not measured, with the reason."
@@ -313,7 +315,9 @@ class RunDocument(BaseModel):
     )
     model: RunModelSpec = Field(description="The exact architecture that ran.")
     dtype: DType = Field(description="Format of weights, activations and KV cache.")
-    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree (the job runs 1).")
+    tp: int = Field(
+        default=1, ge=1, le=1024, description="Tensor-parallel degree (the job runs 1)."
+    )
     attention_backend: AttentionBackend | None = Field(
         default=None, description="SDPA kernel the run used; null when not known."
     )
