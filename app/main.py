@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 
 from app.api.memo import ResponseMemo
@@ -57,6 +58,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = session_factory
         app.state.spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
         app.state.response_memo = ResponseMemo(settings.response_memo_entries)
+        # Thread-pool work here is CPU-bound Python (ORM reads, plans): more threads than a few
+        # only fight over the GIL. Starlette's default is 40.
+        to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         if settings.load_catalog_on_start:
             with session_factory.begin() as session:
                 load_bundled_catalog(session)

@@ -56,6 +56,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Estimate answers remembered for repeated identical requests (0: none).",
     )
+    worker_threads: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="Threads for blocking work (database reads and writes, plans) per process.",
+    )
     load_catalog_on_start: bool = Field(
         default=False, description="Load the bundled catalog when the app starts (make run does)."
     )

@@ -22,7 +22,7 @@ from app.api.deps import (
     not_modified,
     read_in_session,
 )
-from app.api.schemas.common import ID_PATTERN, problem_responses
+from app.api.schemas.common import ID_PATTERN, Output, problem_responses
 from app.catalog.orm import CatalogEntry
 from app.services.catalog import CatalogEntries
 
@@ -58,14 +58,14 @@ def add_item_routes(
     fields_schema: type[BaseModel],
     create_schema: type[BaseModel],
     patch_schema: type[BaseModel],
-    read_schema: type[BaseModel],
+    read_schema: type[Output],
 ) -> None:
     """Register `POST collection` and `GET/PUT/PATCH/DELETE collection/{id}` on `router`."""
     item_path = collection_path + "/{entry_id}"
     fields_of = writable_fields(fields_schema)
 
     def read(row: CatalogEntry) -> BaseModel:
-        return read_schema.model_validate(row)
+        return read_schema.from_row(row)
 
     @router.get(
         item_path,

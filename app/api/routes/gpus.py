@@ -44,7 +44,7 @@ async def list_gpus_route(
                 limit=limit,
                 offset=offset,
             ),
-            GpuRead.model_validate,
+            GpuRead.from_row,
         ),
     )
 

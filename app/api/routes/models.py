@@ -51,7 +51,7 @@ async def list_models_route(
                 limit=limit,
                 offset=offset,
             ),
-            ModelRead.model_validate,
+            ModelRead.from_row,
         ),
     )
 
@@ -109,7 +109,7 @@ def import_model(
         session, entry_id, config, name=name, hf_repo=hf_repo, validate=_model_fields
     )
     respond_with(response, row, f"/v1/models/{entry_id}")
-    return ModelRead.model_validate(row)
+    return ModelRead.from_row(row)
 
 
 add_item_routes(

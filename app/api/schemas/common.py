@@ -79,9 +79,15 @@ class Input(BaseModel):
     @field_validator("*")
     @classmethod
     def _no_nul(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.context is STORED:
+            return value  # read back from the database, which never held a NUL
         if info.field_name in _text_fields(cls) and _holds_nul(value):
             raise ValueError(NUL_MESSAGE)
         return value
+
+
+STORED: dict[str, bool] = {"stored": True}
+"""Validation context of a response read from stored rows: input-only checks are skipped."""
 
 
 NUL_MESSAGE = "text must not contain the NUL character (U+0000)"
@@ -117,6 +123,11 @@ class Output(BaseModel):
     """Base of responses: read from ORM rows by attribute."""
 
     model_config = ConfigDict(from_attributes=True, extra="ignore")
+
+    @classmethod
+    def from_row(cls, row: object) -> Self:
+        """The response of a stored row (input-only checks skipped: they passed on the way in)."""
+        return cls.model_validate(row, context=STORED)
 
 
 class SourceRef(Input):
