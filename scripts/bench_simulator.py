@@ -1,6 +1,6 @@
 """How fast the serving simulator runs: requests, steps, timer calls and wall time per load.
 
-Times one replica of Llama-3-8B on an H100 SXM5 (bf16, calibrated-looking efficiencies) with the
+Times one replica of Llama-3.1-8B on an H100 SXM5 (bf16, the catalog's efficiency) with the
 engine's `StepCostModel`, for Poisson traffic of prompt p50/p90/p99 = 1000/3000/8000 tokens and
 output 200/500/1000, at fractions of the replica's capacity; the capacity is measured first, as
 the arrival rate minus the backlog growth of an overloaded run. Run from the repository root:
@@ -20,42 +20,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engine.dtypes import DType
 from app.engine.memory import memory_plan
 from app.engine.simulator import SchedulerConfig, SimulationResult, simulate
 from app.engine.specs import (
     Deployment,
-    Efficiency,
-    FfnType,
     GpuSpec,
-    InterconnectSpec,
     ModelSpec,
 )
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload, Trace
+from app.services.catalog_loader import bundled_gpus, bundled_models
+from app.services.specs import gpu_spec_from_fields, model_spec_from_fields
 
-LLAMA_3_8B = ModelSpec(
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=14336,
-    ffn_type=FfnType.GATED,
-    vocab_size=128256,
-    max_context_tokens=131072,
-    id="llama-3-8b",
-)
-H100 = GpuSpec(
-    memory_bytes=85_520_809_984,
-    memory_bandwidth_bytes_per_s=3.35e12,
-    peak_flops_per_s={DType.BF16: 989.4e12, DType.FP8: 1978.9e12},
-    interconnect=InterconnectSpec("nvlink4", 900e9),
-    efficiency=Efficiency(
-        gemm=0.6, attention=0.5, memory=0.8, overhead_ms=2.0, source="benchmark stand-in"
-    ),
-    id="h100-sxm5-80gb",
-)
+
+def catalog_target() -> tuple[ModelSpec, GpuSpec]:
+    """Llama-3.1-8B (Llama-3-8B's architecture with a 128K context, so 32K-token prompts are
+    legal) and the H100 SXM5 with its bundled efficiency, from the catalog that ships."""
+    gpu = next(g for g in bundled_gpus() if g["id"] == "h100-sxm5-80gb")
+    model = next(m for m in bundled_models() if m["id"] == "llama-3.1-8b")
+    return model_spec_from_fields(model), gpu_spec_from_fields(gpu)
+
+
 PROMPTS = PercentileLengths(p50=1000, p90=3000, p99=8000, max_tokens=32_000)
 OUTPUTS = PercentileLengths(p50=200, p90=500, p99=1000, max_tokens=4000)
 SCHEDULER = SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048)
@@ -73,14 +58,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     args = parser.parse_args()
 
-    timer = StepCostModel(LLAMA_3_8B, H100, Deployment(), H100.efficiency)
-    plan = memory_plan(LLAMA_3_8B, H100, Deployment())
+    model, gpu = catalog_target()
+    timer = StepCostModel(model, gpu, Deployment(), gpu.efficiency)
+    plan = memory_plan(model, gpu, Deployment())
     kv_tokens = int(plan.kv_pool_bytes / plan.kv_bytes_per_token)
 
     overload = PoissonWorkload(100.0, 5000, PROMPTS, OUTPUTS).trace(seed=0)
     probe, _ = run(overload, timer, kv_tokens)
     capacity = 100.0 - probe.backlog_growth_requests_per_s
-    print(f"Llama-3-8B on H100, KV cache {kv_tokens:,} tokens, capacity ~{capacity:.1f} req/s")
+    print(
+        f"Llama-3.1-8B on H100 SXM5 (catalog efficiency), KV cache {kv_tokens:,} tokens, "
+        f"capacity ~{capacity:.1f} req/s"
+    )
     print(
         f"{'load':>5} {'requests':>9} {'steps':>9} {'timer calls':>12} {'wall s':>7} "
         f"{'req/s wall':>11} {'us/step':>8} {'saturated':>9} {'TTFT p99 ms':>12}"
