@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from app.bench.config import PointPlan
 from app.bench.schema import Phase, RunModelSpec
+from app.engine.params import count_params
 from app.engine.specs import FfnType
 
 __all__ = [
@@ -81,21 +82,9 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def parameter_count(spec: RunModelSpec) -> int:
-    """Weights and biases the job allocates for `spec` (the LM head once when tied)."""
-    d, h, f = spec.hidden_size, spec.head_dim, spec.intermediate_size
-    qkv_rows = (spec.num_attention_heads + 2 * spec.num_kv_heads) * h
-    up_rows = 2 * f if spec.ffn_type is FfnType.GATED else f
-    per_layer = (
-        qkv_rows * d
-        + (qkv_rows if spec.attention_bias else 0)
-        + d * spec.num_attention_heads * h
-        + up_rows * d
-        + d * f
-        + 2 * d  # the two RMSNorm weights
-    )
-    embedding = spec.vocab_size * d
-    lm_head = 0 if spec.tie_word_embeddings else spec.vocab_size * d
-    return spec.num_layers * per_layer + embedding + lm_head + d  # + the final norm
+    """Weights and biases the job allocates for `spec` (the LM head once when tied): exactly the
+    engine's count of the same architecture (`app.engine.params.count_params`)."""
+    return count_params(spec.to_model_spec()).total
 
 
 def weight_bytes(spec: RunModelSpec, element_bytes: int, max_positions: int) -> int:
