@@ -45,10 +45,9 @@ from app.engine.specs import (
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 from app.engine.timing import Bound
-from app.services.catalog import GPU_FIELDS, LoadOutcome, record_change
+from app.services.catalog import LoadOutcome, gpu_spec_of, record_change
 from app.services.errors import InvalidInput, RunNotFound
 from app.services.pages import Page
-from app.services.specs import gpu_spec_from_fields
 
 __all__ = [
     "MEASURED_EFFICIENCY",
@@ -79,8 +78,9 @@ MEASURED_EFFICIENCY = Efficiency(
 _UNKNOWN_MEMORY_BYTES = 2**40
 _NO_LINK = InterconnectSpec(kind="unknown", bandwidth_bytes_per_s=1.0, latency_s=0.0)
 _ACTIVATION_DTYPES = (DType.BF16, DType.FP16, DType.FP32)
-# Counts of a point, stored in 32-bit integer columns (`app.catalog.runs.BenchmarkPointRow`).
-_POINT_COUNTS = ("prompt_tokens", "batch_size", "context_tokens", "repeats")
+# Token counts of a point, stored in 32-bit integer columns (`app.catalog.runs.BenchmarkPointRow`);
+# the schema itself bounds tp, batch sizes and repeats well below that.
+_POINT_COUNTS = ("prompt_tokens", "context_tokens")
 _MAX_STORED_COUNT = 2**31 - 1
 
 
@@ -157,7 +157,7 @@ def _catalog_basis(session: Session, gpu_id: str, note: str) -> GpuBasis | None:
     row = GpuRepository(session).get(gpu_id)
     if row is None:
         return None
-    spec = gpu_spec_from_fields({name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id})
+    spec = gpu_spec_of(row)
     calibration_id = (row.efficiency or {}).get("calibration_id")
     return GpuBasis(GpuBasisKind.CATALOG, spec, row.id, row.version, calibration_id, note)
 
@@ -312,7 +312,7 @@ def _check_points(session: Session, row: BenchmarkRunRow) -> GpuBasis | None:
 
 def _check_storable(document: RunDocument) -> None:
     """What the run's columns store must fit them: text within its length and free of NUL
-    (PostgreSQL refuses both), counts within 32 bits."""
+    (PostgreSQL refuses both), token counts within 32 bits."""
     texts = {
         "gpu": (document.gpu, BenchmarkRunRow.gpu_id),
         "model.id": (document.model.id, BenchmarkRunRow.model_id),
@@ -327,8 +327,6 @@ def _check_storable(document: RunDocument) -> None:
             raise InvalidInput.at(field, f"at most {length} characters")
         if text is not None and "\x00" in text:
             raise InvalidInput.at(field, "must not contain the NUL character (U+0000)")
-    if document.tp > _MAX_STORED_COUNT:
-        raise InvalidInput.at("tp", f"must be at most {_MAX_STORED_COUNT}")
     for position, point in enumerate(document.points):
         for name in _POINT_COUNTS:
             value = getattr(point, name)

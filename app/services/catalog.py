@@ -18,7 +18,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from app.catalog.orm import GpuRow, ModelRow
 from app.catalog.repository import CatalogRepository, GpuRepository, ModelRepository, RowT
 from app.engine.params import count_params
-from app.engine.specs import SpecError
+from app.engine.specs import GpuSpec, ModelSpec, SpecError
 from app.services.errors import (
     AlreadyExists,
     Conflict,
@@ -34,16 +34,16 @@ from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_fr
 
 __all__ = [
     "ANY_VERSION",
-    "GPU_FIELDS",
-    "MODEL_FIELDS",
     "CatalogEntries",
     "LoadOutcome",
     "Validator",
     "gpu_entries",
+    "gpu_spec_of",
     "list_gpus",
     "list_models",
     "merge_patch",
     "model_entries",
+    "model_spec_of",
     "record_change",
     "upsert_bundled",
 ]
@@ -283,6 +283,18 @@ def _model_columns(fields: dict[str, Any], _session: Session, _entry_id: str) ->
         "params_total": params.total,
         "params_active": params.active,
     }
+
+
+def gpu_spec_of(row: GpuRow) -> GpuSpec:
+    """The engine spec of a stored GPU; `SpecError` if its figures are impossible."""
+    return gpu_spec_from_fields({name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id})
+
+
+def model_spec_of(row: ModelRow) -> ModelSpec:
+    """The engine spec of a stored model; `SpecError` if its architecture is impossible."""
+    return model_spec_from_fields(
+        {name: getattr(row, name) for name in MODEL_FIELDS} | {"id": row.id}
+    )
 
 
 def gpu_entries(session: Session) -> CatalogEntries[GpuRow]:

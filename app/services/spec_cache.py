@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.orm import GpuRow, ModelRow
 from app.engine.specs import GpuSpec, ModelSpec, SpecError
-from app.services.catalog import GPU_FIELDS, MODEL_FIELDS
+from app.services.catalog import gpu_spec_of, model_spec_of
 from app.services.errors import InvalidInput
-from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
+from app.services.specs import invalid_spec
 from app.services.validation import expected_error_pct
 
 __all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
@@ -155,9 +155,7 @@ def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
     if row is None:
         raise InvalidInput.at(field, f"no GPU with id {gpu_id!r} in the catalog")
     try:
-        spec = gpu_spec_from_fields(
-            {name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id}
-        )
+        spec = gpu_spec_of(row)
     except SpecError as error:
         raise invalid_spec(error, field) from None
     return CachedGpu(
@@ -174,9 +172,7 @@ def _load_model(session: Session, model_id: str, field: str) -> CachedModel:
     if row is None:
         raise InvalidInput.at(field, f"no model with id {model_id!r} in the catalog")
     try:
-        spec = model_spec_from_fields(
-            {name: getattr(row, name) for name in MODEL_FIELDS} | {"id": row.id}
-        )
+        spec = model_spec_of(row)
     except SpecError as error:
         raise invalid_spec(error, field) from None
     return CachedModel(spec, row.version, row.params_total, row.params_active)
