@@ -45,7 +45,7 @@ run: $(VENV)/.installed .dev-api-key
 	$(BIN)/ridgeline load-catalog
 	@echo "Serving on http://$(HOST):$(PORT) (Swagger UI: /docs). Writes accept the key in .dev-api-key."
 	RIDGELINE_API_KEYS="$${RIDGELINE_API_KEYS:-$$(cat .dev-api-key)}" \
-		$(BIN)/uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT) --no-access-log
+		$(BIN)/ridgeline serve --host $(HOST) --port $(PORT)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

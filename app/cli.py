@@ -1,5 +1,6 @@
 """`ridgeline` command: database migrations, catalog load, OpenAPI export.
 
+ridgeline serve [--host 127.0.0.1] [--port 8000] [--workers 1]
 ridgeline migrate [--revision head]
 ridgeline load-catalog
 ridgeline openapi [--out openapi/openapi.json]
@@ -57,9 +58,45 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415  (only the server needs it)
+
+    settings = get_settings()
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=False,  # the app logs every request itself, as JSON
+        proxy_headers=args.proxy_headers,
+        forwarded_allow_ips=args.forwarded_allow_ips,
+        timeout_graceful_shutdown=int(settings.graceful_shutdown_s),
+        # Long request targets reach the app, which answers 414 in its own problem format.
+        h11_max_incomplete_event_size=_MAX_REQUEST_HEAD_BYTES,
+        log_config=None,  # the app configures logging (JSON lines)
+    )
+    return 0
+
+
+_MAX_REQUEST_HEAD_BYTES = 1 << 20
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ridgeline", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve the API (uvicorn; SIGTERM drains requests for RIDGELINE_GRACEFUL_SHUTDOWN_S)",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers", type=int, default=1, help="server processes (each with its own pools)"
+    )
+    serve.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-*")
+    serve.add_argument("--forwarded-allow-ips", default="127.0.0.1")
+    serve.set_defaults(run=_serve)
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.add_argument("--revision", default="head")
     migrate.set_defaults(run=_migrate)

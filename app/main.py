@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app.api.heavy import HeavyWork, HeavyWorkLimits
 from app.api.memo import ResponseMemo
 from app.api.middleware import HttpMetrics, ObservabilityMiddleware
 from app.api.problems import install_problem_handlers
@@ -25,7 +26,7 @@ from app.api.routes import (
     plans,
     simulations,
 )
-from app.catalog.db import make_engine, make_session_factory
+from app.catalog.db import DatabaseLimits, make_engine, make_session_factory
 from app.logs import configure_logging
 from app.services.catalog_loader import load_bundled_catalog
 from app.services.spec_cache import SpecCache
@@ -46,13 +47,40 @@ stale). Errors are RFC 9457 `application/problem+json`.
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def database_limits(settings: Settings) -> DatabaseLimits:
+    return DatabaseLimits(
+        pool_size=settings.worker_threads,
+        max_overflow=4,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        lock_timeout_ms=settings.db_lock_timeout_ms,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        idle_in_transaction_timeout_ms=settings.db_idle_in_transaction_timeout_ms,
+        sqlite_busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+    )
+
+
+def heavy_work_limits(settings: Settings) -> HeavyWorkLimits:
+    return HeavyWorkLimits(
+        processes=settings.heavy_work_processes,
+        queue=settings.heavy_work_queue,
+        timeout_s=settings.heavy_work_timeout_s,
+        memory_bytes=settings.heavy_work_memory_bytes,
+    )
+
+
+def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = None) -> FastAPI:
+    """The app. `heavy_work` shares one pool of heavy-work processes between apps (the tests
+    do); by default the app starts its own with the first heavy job and stops it at shutdown."""
     settings = settings or get_settings()
     configure_logging(settings.log_level)
+    owns_heavy_work = heavy_work is None
+    heavy = heavy_work or HeavyWork(heavy_work_limits(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url)
+        limits = database_limits(settings)
+        engine = make_engine(settings.database_url, limits)
+        app.state.database_limits = limits
         session_factory = make_session_factory(engine)
         app.state.engine = engine
         app.state.session_factory = session_factory
@@ -69,6 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if owns_heavy_work:
+                heavy.close()
             engine.dispose()
 
     app = FastAPI(
@@ -79,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.heavy_work = heavy
     app.state.metrics = HttpMetrics()
     install_problem_handlers(app)
     app.include_router(health.router)

@@ -6,6 +6,7 @@ placeholder key, refuses to start rather than run open.
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from functools import lru_cache
 from typing import Annotated
@@ -64,6 +65,80 @@ class Settings(BaseSettings):
     )
     load_catalog_on_start: bool = Field(
         default=False, description="Load the bundled catalog when the app starts (make run does)."
+    )
+    db_pool_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Longest wait for a free database connection before a 503 `busy`.",
+    )
+    db_lock_timeout_ms: int = Field(
+        default=5_000,
+        ge=1,
+        le=600_000,
+        description="PostgreSQL `lock_timeout`: a row lock not granted by then is a 503 `busy`.",
+    )
+    db_statement_timeout_ms: int = Field(
+        default=30_000,
+        ge=1,
+        le=3_600_000,
+        description="PostgreSQL `statement_timeout`: no statement runs longer.",
+    )
+    db_idle_in_transaction_timeout_ms: int = Field(
+        default=30_000,
+        ge=1,
+        le=3_600_000,
+        description=(
+            "PostgreSQL `idle_in_transaction_session_timeout`: a session left idle inside a "
+            "transaction is ended, so a lost client can never hold a row lock."
+        ),
+    )
+    sqlite_busy_timeout_ms: int = Field(
+        default=5_000,
+        ge=0,
+        le=600_000,
+        description="How long a SQLite writer waits for the database lock before a 503 `busy`.",
+    )
+    readiness_timeout_s: float = Field(
+        default=0.8,
+        gt=0,
+        le=10,
+        description="`/readyz` answers within this (503 when the database did not).",
+    )
+    graceful_shutdown_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description=(
+            "`ridgeline serve`: after SIGTERM, requests in flight get this long, then the "
+            "process exits (uvicorn's --timeout-graceful-shutdown)."
+        ),
+    )
+    heavy_work_processes: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) - 1),
+        ge=1,
+        le=256,
+        description=(
+            "Worker processes for CPU-heavy work (simulations, plans, charts), at a lower "
+            "scheduling priority than the API; default one fewer than the CPUs (at least one)."
+        ),
+    )
+    heavy_work_queue: int = Field(
+        default=2,
+        ge=0,
+        le=1024,
+        description="Heavy jobs that may wait for a free worker; beyond them a 429.",
+    )
+    heavy_work_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="A heavy job still running after this is stopped (503).",
+    )
+    heavy_work_memory_bytes: int = Field(
+        default=4 * 2**30,
+        ge=2**28,
+        description="Address-space limit of each heavy-work process.",
     )
 
     @field_validator("api_keys", mode="before")

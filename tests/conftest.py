@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from app.api.heavy import HeavyWork, HeavyWorkLimits
 from app.catalog.db import make_engine, make_session_factory
 from app.catalog.migrate import upgrade
 from app.catalog.tables import Base
@@ -96,9 +97,20 @@ def settings(database_url: str) -> Settings:
     )
 
 
+@pytest.fixture(scope="session")
+def heavy_work() -> Iterator[HeavyWork]:
+    """One pool of heavy-work processes for every app of the session: starting worker
+    processes per test would cost more than most tests."""
+    heavy = HeavyWork(HeavyWorkLimits(processes=1, queue=16))
+    try:
+        yield heavy
+    finally:
+        heavy.close()
+
+
 @pytest.fixture
-def app(settings: Settings) -> FastAPI:
-    return create_app(settings)
+def app(settings: Settings, heavy_work: HeavyWork) -> FastAPI:
+    return create_app(settings, heavy_work)
 
 
 @pytest.fixture
@@ -108,7 +120,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def postgres_client(postgres_url: str) -> Iterator[TestClient]:
+def postgres_client(postgres_url: str, heavy_work: HeavyWork) -> Iterator[TestClient]:
     """A client over PostgreSQL only, for behaviour SQLite cannot show."""
     upgrade(postgres_url)
     reset_database(postgres_url)
@@ -118,7 +130,7 @@ def postgres_client(postgres_url: str) -> Iterator[TestClient]:
         log_level="WARNING",
         catalog_cache_ttl_s=300.0,
     )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+    with TestClient(create_app(settings, heavy_work), raise_server_exceptions=False) as test_client:
         yield test_client
 
 

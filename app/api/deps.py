@@ -3,38 +3,49 @@
 from __future__ import annotations
 
 import hmac
+import itertools
 import re
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Header, Query, Request, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.api.heavy import HeavyWork
 from app.api.memo import ResponseMemo
-from app.api.problems import ApiProblem
+from app.api.problems import ApiProblem, is_sqlite_busy
 from app.services.catalog import ANY_VERSION
 from app.services.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 
 __all__ = [
     "ApiKeyDep",
+    "HeavyWorkDep",
     "IfMatchDep",
     "LimitQuery",
     "OffsetQuery",
-    "SessionDep",
+    "OptionalApiKeyDep",
     "SettingsDep",
     "SpecCacheDep",
     "etag_for",
+    "json_response",
     "memoized_answer",
     "not_modified",
     "read_in_session",
     "read_json",
     "require_api_key",
+    "write_in_session",
 ]
 
 T = TypeVar("T")
+W = TypeVar("W")
+_BUSY_ATTEMPTS = 3
+_BUSY_BACKOFF_S = 0.05
 _ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$')
 
 
@@ -49,55 +60,64 @@ async def get_spec_cache(request: Request) -> SpecCache:
     return cache
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """One session per request: committed when the route returns, rolled back when it raises.
-    Cached specs of the entries a committed write touched are dropped at once."""
-    cache: SpecCache = request.app.state.spec_cache
-    with request.app.state.session_factory() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
-        for kind, entry_id in session.info.pop("catalog_changes", ()):
-            cache.invalidate(kind, entry_id)
-
-
 LimitQuery = Annotated[int, Query(ge=1, le=500, description="Page size.")]
 OffsetQuery = Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")]
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
-# scope="function": commit before the response is sent, so a failed commit is never a 2xx.
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 SpecCacheDep = Annotated[SpecCache, Depends(get_spec_cache)]
 
 
-async def require_api_key(
+_BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="`Authorization: Bearer <key>`, a key of `RIDGELINE_API_KEYS`.",
+)
+_API_KEY_HEADER = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    scheme_name="apiKey",
+    description="`X-API-Key: <key>`, the same keys as the bearer scheme.",
+)
+
+
+async def caller_key(
     settings: SettingsDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> str:
-    """The caller's key: `Authorization: Bearer <key>` or `X-API-Key: <key>`.
-    401 when none is given, 403 when it is not one of `RIDGELINE_API_KEYS`."""
-    key = x_api_key
-    if authorization is not None:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            key = token.strip()
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    api_key: Annotated[str | None, Depends(_API_KEY_HEADER)],
+) -> str | None:
+    """The caller's key (`Authorization: Bearer <key>` or `X-API-Key: <key>`), None when it
+    sent none; 403 when it is not one of `RIDGELINE_API_KEYS`."""
+    key = bearer.credentials.strip() if bearer is not None else api_key
     if not key:
+        return None
+    if not any(hmac.compare_digest(key.encode(), known.encode()) for known in settings.api_keys):
+        raise ApiProblem(403, "forbidden", "That API key is not accepted here.")
+    return key
+
+
+async def require_api_key(key: Annotated[str | None, Depends(caller_key)]) -> str:
+    """The caller's key; 401 when none is given (see `caller_key`)."""
+    if key is None:
         raise ApiProblem(
             401,
             "unauthenticated",
             "Writes need an API key: send Authorization: Bearer <key> or X-API-Key: <key>.",
             headers={"WWW-Authenticate": 'Bearer realm="ridgeline"'},
         )
-    if not any(hmac.compare_digest(key.encode(), known.encode()) for known in settings.api_keys):
-        raise ApiProblem(403, "forbidden", "That API key is not accepted here.")
     return key
 
 
 ApiKeyDep = Annotated[str, Depends(require_api_key)]
+OptionalApiKeyDep = Annotated[str | None, Depends(caller_key)]
+"""The caller's key or None: open routes that allow more work to callers with a key."""
+
+
+async def get_heavy_work(request: Request) -> HeavyWork:
+    heavy: HeavyWork = request.app.state.heavy_work
+    return heavy
+
+
+HeavyWorkDep = Annotated[HeavyWork, Depends(get_heavy_work)]
 
 
 async def parse_if_match(
@@ -143,7 +163,7 @@ def etag_for(version: int) -> str:
 
 async def read_in_session(request: Request, read: Callable[[Session], T]) -> T:
     """Run `read` with a session of its own in the thread pool: one hop for a read that
-    would otherwise take three (the session dependency's enter and exit, and the route)."""
+    would otherwise take three (a session dependency's enter and exit, and the route)."""
 
     def run() -> T:
         with request.app.state.session_factory() as session:
@@ -160,6 +180,53 @@ async def read_json(request: Request, read: Callable[[Session], BaseModel]) -> R
         return read(session).model_dump_json().encode()
 
     return Response(await read_in_session(request, answer), media_type="application/json")
+
+
+async def write_in_session(
+    request: Request, write: Callable[[Session], W], present: Callable[[W], T]
+) -> T:
+    """Run `write` in a transaction of its own, commit it, and `present` what it returned: all
+    in one thread-pool hop, so no transaction (and no row lock) is ever held open while the
+    request waits for a thread. Rolled back when `write` raises.
+
+    Cached specs of the catalog entries a committed write touched are dropped at once. A write
+    that SQLite refuses because another writer holds the database past its busy timeout is
+    retried from the start (the transaction was rolled back, nothing of it stands) a few times
+    with backoff; then it is a 503 `busy` (`app.api.problems`)."""
+    cache: SpecCache = request.app.state.spec_cache
+    factory = request.app.state.session_factory
+
+    def run() -> T:
+        for attempt in itertools.count():
+            try:
+                with factory() as session:
+                    try:
+                        result = write(session)
+                        session.commit()
+                    except BaseException:
+                        session.rollback()
+                        raise
+                    changes = session.info.pop("catalog_changes", ())
+            except OperationalError as error:
+                if attempt + 1 >= _BUSY_ATTEMPTS or not is_sqlite_busy(error):
+                    raise
+                time.sleep(_BUSY_BACKOFF_S * 2**attempt)
+                continue
+            for kind, entry_id in changes:
+                cache.invalidate(kind, entry_id)
+            return present(result)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return await run_in_threadpool(run)
+
+
+def json_response(
+    payload: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """`payload` serialised by pydantic-core, as the route's declared `response_model` would."""
+    return Response(
+        payload.model_dump_json(), status_code, headers=headers, media_type="application/json"
+    )
 
 
 def not_modified(if_none_match: str | None, etag: str) -> bool:

@@ -16,7 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.logs import REQUEST_ID
@@ -27,6 +28,8 @@ __all__ = [
     "PROBLEM_TYPES",
     "ApiProblem",
     "install_problem_handlers",
+    "is_busy",
+    "is_sqlite_busy",
     "problem_body",
     "problem_response",
 ]
@@ -42,6 +45,7 @@ PROBLEM_TYPES: dict[str, tuple[str, str]] = {
     "unsupported-media-type": ("Unsupported media type", "Send application/json."),
     "payload-too-large": ("Payload too large", "The body exceeds the server's limit."),
     "bad-request": ("Bad request", "The request cannot be read as sent."),
+    "uri-too-long": ("URI too long", "The request target exceeds the server's limit."),
     "bad-etag": ("Bad ETag", "If-Match must hold quoted entity tags, as ETag returns them."),
     "unauthenticated": ("Authentication required", "Writes need an API key."),
     "forbidden": ("Forbidden", "The API key is not one this service accepts."),
@@ -52,6 +56,19 @@ PROBLEM_TYPES: dict[str, tuple[str, str]] = {
     "conflict": ("Conflict", "The change collides with the current state."),
     "precondition-failed": ("Precondition failed", "If-Match names a stale version."),
     "database-unavailable": ("Service unavailable", "The database cannot be reached."),
+    "busy": (
+        "Busy",
+        "Other writers hold what this request needs (a row lock, the SQLite write lock, every "
+        "pooled connection); retry after the Retry-After seconds.",
+    ),
+    "client-closed-request": (
+        "Client closed request",
+        "The client disconnected before the answer; its work was stopped.",
+    ),
+    "too-many-requests": (
+        "Too many requests",
+        "The server's heavy-work capacity is taken; retry after the Retry-After seconds.",
+    ),
     "internal-error": ("Internal server error", "An unexpected error; the request id tells."),
 }
 
@@ -65,8 +82,10 @@ _STATUS_SLUGS = {
     409: "conflict",
     412: "precondition-failed",
     413: "payload-too-large",
+    414: "uri-too-long",
     415: "unsupported-media-type",
     422: "validation-error",
+    429: "too-many-requests",
     503: "database-unavailable",
 }
 
@@ -267,7 +286,36 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSON
     return problem_response(request, exc.status_code, slug, detail, headers=headers)
 
 
-async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+# SQLSTATEs of contention, not outage: lock_timeout (55P03), statement_timeout or a cancel
+# (57014), serialization failure (40001), deadlock detected (40P01).
+_BUSY_SQLSTATES = frozenset({"55P03", "57014", "40001", "40P01"})
+
+
+def is_sqlite_busy(error: DBAPIError) -> bool:
+    """SQLite's "database is locked": another writer held the lock past the busy timeout."""
+    return "database is locked" in str(error.orig) or "database table is locked" in str(error.orig)
+
+
+def is_busy(error: Exception) -> bool:
+    """Whether a database error is contention (retry shortly) rather than an outage."""
+    if isinstance(error, PoolTimeout):
+        return True
+    if not isinstance(error, DBAPIError):
+        return False
+    sqlstate = getattr(error.orig, "sqlstate", None)
+    return sqlstate in _BUSY_SQLSTATES or is_sqlite_busy(error)
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    if is_busy(exc):
+        _log.warning("database busy: %s", type(getattr(exc, "orig", exc)).__name__)
+        return problem_response(
+            request,
+            503,
+            "busy",
+            "The database is busy with other writers; retry shortly.",
+            headers={"Retry-After": "1"},
+        )
     _log.error("database unavailable", exc_info=exc)
     return problem_response(
         request,
@@ -284,7 +332,8 @@ def install_problem_handlers(app: FastAPI) -> None:
         (RequestValidationError, _request_validation),
         (ValidationError, _pydantic_validation),
         (StarletteHTTPException, _http_exception),
-        (OperationalError, _database_down),
+        (OperationalError, _database_error),
+        (PoolTimeout, _database_error),
     ]
     for exc_type, handler in handlers:
         app.add_exception_handler(exc_type, handler)

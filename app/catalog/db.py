@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +18,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 
-__all__ = ["Base", "UtcDateTime", "make_engine", "make_session_factory", "ping"]
+__all__ = [
+    "Base",
+    "DatabaseLimits",
+    "UtcDateTime",
+    "make_engine",
+    "make_session_factory",
+    "ping",
+]
 
 # Stable constraint names, so migrations read the same on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -50,22 +58,62 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the one writer
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
+@dataclass(frozen=True, slots=True)
+class DatabaseLimits:
+    """How long anything may wait on the database, so a stuck lock or a lost client becomes an
+    error instead of a hang (see `app.api.problems`: they answer 503 `busy`)."""
+
+    pool_size: int = 8
+    """Connections kept open: one per worker thread."""
+    max_overflow: int = 4
+    """Connections opened beyond `pool_size` at a peak (readiness pings, cache fills)."""
+    pool_timeout_s: float = 5.0
+    """Wait for a free pooled connection."""
+    lock_timeout_ms: int = 5_000
+    """PostgreSQL: wait for a row or table lock."""
+    statement_timeout_ms: int = 30_000
+    """PostgreSQL: longest statement."""
+    idle_in_transaction_timeout_ms: int = 30_000
+    """PostgreSQL: a session idle inside a transaction is ended (its locks released)."""
+    sqlite_busy_timeout_ms: int = 5_000
+    """SQLite: wait for the database's write lock."""
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for `url`, with SQLite set up for a multi-threaded web server."""
+def make_engine(url: str, limits: DatabaseLimits | None = None, **kwargs: Any) -> Engine:
+    """An engine for `url`, set up for a multi-threaded web server, with `limits` on every wait."""
+    limits = limits or DatabaseLimits()
+    if ":memory:" not in url:  # an in-memory SQLite database has one connection, no pool
+        kwargs.setdefault("pool_size", limits.pool_size)
+        kwargs.setdefault("max_overflow", limits.max_overflow)
+        kwargs.setdefault("pool_timeout", limits.pool_timeout_s)
     if url.startswith("sqlite"):
         kwargs.setdefault("connect_args", {"check_same_thread": False})
         engine = create_engine(url, **kwargs)
-        event.listen(engine, "connect", _sqlite_pragmas)
+        busy_ms = limits.sqlite_busy_timeout_ms
+
+        def pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the one writer
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+            cursor.close()
+
+        event.listen(engine, "connect", pragmas)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    if url.startswith("postgresql"):
+        options = " ".join(
+            (
+                f"-c lock_timeout={int(limits.lock_timeout_ms)}",
+                f"-c statement_timeout={int(limits.statement_timeout_ms)}",
+                "-c idle_in_transaction_session_timeout="
+                f"{int(limits.idle_in_transaction_timeout_ms)}",
+            )
+        )
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("options", options)
+        connect_args.setdefault("connect_timeout", 5)
+        kwargs["connect_args"] = connect_args
     return create_engine(url, **kwargs)
 
 

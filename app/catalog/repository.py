@@ -28,8 +28,14 @@ class CatalogRepository(Generic[RowT]):
         return self.session.get(self.row_type, entry_id)
 
     def get_for_update(self, entry_id: str) -> RowT | None:
-        """The row, read fresh from the database (not from the session's identity map)."""
-        return self.session.get(self.row_type, entry_id, populate_existing=True)
+        """The row, read fresh from the database (not from the session's identity map) and
+        locked until the transaction ends (`SELECT ... FOR UPDATE` on PostgreSQL; SQLite has
+        one writer at a time anyway). Writers of one row queue here instead of racing, so a
+        patch without `If-Match` applies to the latest version, and an `If-Match` writer that
+        waited sees the version its predecessor committed."""
+        return self.session.get(
+            self.row_type, entry_id, populate_existing=True, with_for_update=True
+        )
 
     def page(
         self, where: Sequence[ColumnElement[bool]], *, limit: int, offset: int

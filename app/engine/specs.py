@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from app.engine.dtypes import DType
 
@@ -24,6 +25,7 @@ __all__ = [
     "MoeSpec",
     "SpecError",
     "positive",
+    "rebuilt_exception",
     "within_context",
 ]
 
@@ -35,6 +37,22 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable whatever a subclass's __init__ takes (errors cross process boundaries).
+        return (rebuilt_exception, (type(self), self.args, self.__dict__))
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def rebuilt_exception(cls: type[E], args: tuple[Any, ...], state: dict[str, Any]) -> E:
+    """An exception of `cls` with `args` and attributes `state`, its `__init__` not called: what
+    `__reduce__` of an exception whose `__init__` takes other arguments than `args` returns."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 def positive(name: str, value: float) -> None:

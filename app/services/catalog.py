@@ -149,7 +149,10 @@ class CatalogEntries(Generic[RowT]):
             try:
                 return self._write(row, columns, if_match, retrying=True)
             except StaleDataError:
-                self.session.rollback()  # another writer landed first: re-read, re-apply
+                # Another writer landed first (SQLite, which has no row locks): forget the
+                # stale copy, re-read, re-apply.
+                self.session.rollback()
+                self.session.expunge_all()
         raise Conflict(f"{self.repository.kind} {entry_id!r} kept changing; try again.")
 
     def delete(self, entry_id: str, if_match: int | None) -> None:

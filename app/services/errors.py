@@ -13,6 +13,9 @@ RFC 9457 problem document. A service never builds an HTTP response.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from app.engine.specs import rebuilt_exception
 
 __all__ = [
     "AlreadyExists",
@@ -51,6 +54,10 @@ class DomainError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Whatever the subclass's __init__ takes: raised in a heavy-work process, it is pickled.
+        return (rebuilt_exception, (type(self), self.args, self.__dict__))
 
 
 class NotFound(DomainError):

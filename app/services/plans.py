@@ -49,7 +49,17 @@ from app.services.spec_cache import SpecCache
 from app.services.specs import invalid_spec
 from app.services.targets import resolve_model
 
-__all__ = ["MAX_TRAFFIC_REQUESTS_PER_S", "PlanQuery", "create_plan", "get_plan", "list_plans"]
+__all__ = [
+    "MAX_TRAFFIC_REQUESTS_PER_S",
+    "ComputedPlan",
+    "PlanJob",
+    "PlanQuery",
+    "compute_plan",
+    "get_plan",
+    "list_plans",
+    "prepare_plan",
+    "store_plan",
+]
 
 MAX_TRAFFIC_REQUESTS_PER_S = 1e7
 """Most requests per second a plan is asked to carry (all replicas together)."""
@@ -172,14 +182,34 @@ def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
         raise invalid_spec(error) from None
 
 
-def _compute(
-    session: Session, cache: SpecCache, query: PlanQuery
-) -> tuple[CapacityPlan, dict[str, Any], str]:
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """A plan request resolved against the catalog: what a heavy-work process plans."""
+
+    query: PlanQuery
+    model: ModelSpec
+    model_id: str
+    offers: tuple[GpuOffer, ...]
+    traffic: Traffic
+    slo: Slo
+    options: PlanOptions
+    catalog_versions: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ComputedPlan:
+    """A finished plan, as stored: the answer's document and its summary."""
+
+    document: dict[str, Any]
+    summary: dict[str, Any]
+    demand_requests_per_s: float
+
+
+def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJob:
+    """Resolve the model and the GPUs (with their prices) and check the request; 422 naming
+    the field when something cannot be planned."""
     model, model_id, model_version = resolve_model(cache, query.model)
     offers, gpu_versions = _offers(session, cache, query)
-    # Planning takes seconds of CPU: end the read-only transaction now rather than hold a
-    # database connection idle in it (nothing is written before the plan is stored).
-    session.rollback()
     try:
         slo = Slo(
             ttft_p99_ms=query.ttft_p99_ms,
@@ -201,14 +231,29 @@ def _compute(
             exhaustive=query.exhaustive,
             disaggregated=query.disaggregated,
         )
-        plan = plan_capacity(model, offers, _traffic(query, model), slo, options)
+        traffic = _traffic(query, model)
     except SpecError as error:
         raise invalid_spec(error) from None
     versions = {
         "gpus": gpu_versions,
         "models": {model_id: model_version} if model_version is not None else {},
     }
-    return plan, versions, model_id
+    return PlanJob(query, model, model_id, tuple(offers), traffic, slo, options, versions)
+
+
+def compute_plan(job: PlanJob) -> ComputedPlan:
+    """Plan a prepared job (in a heavy-work process; pure computation)."""
+    start = time.perf_counter()
+    try:
+        plan = plan_capacity(job.model, job.offers, job.traffic, job.slo, job.options)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    return ComputedPlan(
+        document=_document(plan, elapsed_ms, job.query),
+        summary=_summary(plan),
+        demand_requests_per_s=plan.demand_requests_per_s,
+    )
 
 
 def _candidate_document(c: CandidatePlan) -> dict[str, Any]:
@@ -317,22 +362,19 @@ def _summary(plan: CapacityPlan) -> dict[str, Any]:
     }
 
 
-def create_plan(
-    session: Session, cache: SpecCache, query: PlanQuery, request: Mapping[str, Any]
+def store_plan(
+    session: Session, job: PlanJob, computed: ComputedPlan, request: Mapping[str, Any]
 ) -> PlanRow:
-    """Plan `query` and store it with `request` (the body as validated); returns the row."""
-    start = time.perf_counter()
-    plan, versions, model_id = _compute(session, cache, query)
-    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    """Store a computed plan with `request` (the body as validated); returns the row."""
     row = PlanRow(
         id=uuid.uuid4().hex,
         created_at=utcnow(),
-        model_id=model_id,
-        requests_per_s=plan.demand_requests_per_s / (1 + query.headroom),
+        model_id=job.model_id,
+        requests_per_s=computed.demand_requests_per_s / (1 + job.query.headroom),
         request=dict(request),
-        response=_document(plan, elapsed_ms, query),
-        catalog_versions=versions,
-        summary=_summary(plan),
+        response=computed.document,
+        catalog_versions=job.catalog_versions,
+        summary=computed.summary,
     )
     PlanRepository(session).add(row)
     return row

@@ -21,6 +21,7 @@ from app.engine.simulator import (
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,
+    expected_steps,
     simulate,
 )
 from app.engine.simulator import (
@@ -40,14 +41,20 @@ from app.services.specs import invalid_spec
 from app.services.targets import Target, resolve_target
 
 __all__ = [
+    "ANONYMOUS_BUDGET",
+    "KEYED_BUDGET",
     "MAX_ARRIVAL_S",
     "MAX_SIMULATED_STEPS",
     "MIN_REQUESTS_PER_S",
+    "SimulationJob",
+    "SimulationQuery",
     "SimulationRun",
+    "WorkBudget",
     "check_trace_lengths",
     "kv_capacity_tokens",
     "length_distribution",
-    "run_simulation",
+    "prepare_simulation",
+    "run_simulation_job",
     "trace_from_rows",
 ]
 
@@ -157,40 +164,83 @@ def kv_capacity_tokens(
     return tokens
 
 
-def run_simulation(
-    cache: SpecCache,
-    target_args: Mapping[str, Any],
-    *,
-    scheduler: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
-    trace_rows: Sequence[Sequence[float]] | None,
-    seed: int,
-    ttft_slo_ms: float | None,
-    tpot_slo_ms: float | None,
-    gpu_memory_utilization: float,
-    block_tokens: int,
-    kv_capacity_override_tokens: int | None,
-) -> SimulationRun:
-    """Simulate one replica of the target serving the workload (or the trace)."""
-    target = resolve_target(cache, **target_args)
+@dataclass(frozen=True, slots=True)
+class WorkBudget:
+    """How much one request may ask the simulator to do."""
+
+    max_requests: int
+    max_steps: int
+    """Checked before the run against `expected_steps`; the run itself stops at
+    `STEP_LIMIT_FACTOR` times this (the estimate is within a factor of about 1.5)."""
+
+
+STEP_LIMIT_FACTOR = 2
+KEYED_BUDGET = WorkBudget(max_requests=200_000, max_steps=MAX_SIMULATED_STEPS)
+"""With an API key."""
+ANONYMOUS_BUDGET = WorkBudget(max_requests=20_000, max_steps=1_000_000)
+"""Without one: a few seconds of one worker process at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationQuery:
+    """A simulation request, as the service needs it (the API schema builds it)."""
+
+    target: Mapping[str, Any]
+    scheduler: Mapping[str, Any]
+    workload: Mapping[str, Any] | None
+    trace_rows: Sequence[Sequence[float]] | None
+    seed: int
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    gpu_memory_utilization: float
+    block_tokens: int
+    kv_capacity_override_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationJob:
+    """Everything one run needs, resolved and checked: what a worker process executes."""
+
+    target: Target
+    trace: Trace
+    scheduler: SchedulerConfig
+    kv_capacity_tokens: int
+    block_tokens: int
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    max_steps: int
+    work_field: str
+
+
+def prepare_simulation(
+    cache: SpecCache, query: SimulationQuery, budget: WorkBudget = KEYED_BUDGET
+) -> SimulationJob:
+    """Resolve the target, size the KV cache, build the trace and check the work against
+    `budget` before anything runs: 422 naming the field when it asks for more."""
+    target = resolve_target(cache, **query.target)
     try:
-        config = SchedulerConfig(**scheduler)
+        config = SchedulerConfig(**query.scheduler)
     except SpecError as error:
         raise invalid_spec(error) from None
-    if kv_capacity_override_tokens is not None:
-        kv_tokens = kv_capacity_override_tokens
+    if query.kv_capacity_override_tokens is not None:
+        kv_tokens = query.kv_capacity_override_tokens
     else:
         kv_tokens = kv_capacity_tokens(
             target,
             config,
-            gpu_memory_utilization=gpu_memory_utilization,
-            block_tokens=block_tokens,
+            gpu_memory_utilization=query.gpu_memory_utilization,
+            block_tokens=query.block_tokens,
         )
     context = target.model.max_context_tokens
-    if trace_rows is not None:
-        trace = trace_from_rows(trace_rows)
+    workload = query.workload
+    if query.trace_rows is not None:
+        work_field = "trace"
+        _within(budget, len(query.trace_rows), work_field)
+        trace = trace_from_rows(query.trace_rows)
         check_trace_lengths(trace, context, "trace")
     elif workload is not None:
+        work_field = "workload.num_requests"
+        _within(budget, int(workload["num_requests"]), work_field)
         try:
             trace = PoissonWorkload(
                 requests_per_s=float(workload["requests_per_s"]),
@@ -201,34 +251,74 @@ def run_simulation(
                 output_tokens=length_distribution(
                     workload["output_tokens"], "workload.output_tokens", context
                 ),
-            ).trace(seed)
+            ).trace(query.seed)
         except SpecError as error:
             raise invalid_spec(error, "workload") from None
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
     try:
+        steps = expected_steps(trace, target.cost, config)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    if steps > budget.max_steps:
+        raise InvalidInput.at(
+            work_field,
+            f"serving this takes about {steps:,} forward steps, over the {budget.max_steps:,} "
+            f"one simulation may take{_KEY_HINT if budget is not KEYED_BUDGET else ''}: "
+            "simulate fewer requests, shorter outputs or a higher rate (a few thousand "
+            "requests give the percentiles at any load)",
+        )
+    return SimulationJob(
+        target=target,
+        trace=trace,
+        scheduler=config,
+        kv_capacity_tokens=kv_tokens,
+        block_tokens=query.block_tokens,
+        ttft_slo_ms=query.ttft_slo_ms,
+        tpot_slo_ms=query.tpot_slo_ms,
+        max_steps=budget.max_steps * STEP_LIMIT_FACTOR,
+        work_field=work_field,
+    )
+
+
+_KEY_HINT = " without an API key (an API key allows more)"
+
+
+def _within(budget: WorkBudget, requests: int, field: str) -> None:
+    if requests > budget.max_requests:
+        hint = _KEY_HINT if budget is not KEYED_BUDGET else ""
+        raise InvalidInput.at(
+            field,
+            f"{requests:,} requests exceed the {budget.max_requests:,} one simulation may "
+            f"serve{hint}",
+        )
+
+
+def run_simulation_job(job: SimulationJob) -> SimulationRun:
+    """Run a prepared simulation (in a heavy-work process; pure computation)."""
+    try:
         result = simulate(
-            trace,
-            target.cost,
-            kv_capacity_tokens=kv_tokens,
-            block_tokens=block_tokens,
-            scheduler=config,
-            ttft_slo_ms=ttft_slo_ms,
-            tpot_slo_ms=tpot_slo_ms,
-            max_steps=MAX_SIMULATED_STEPS,
+            job.trace,
+            job.target.cost,
+            kv_capacity_tokens=job.kv_capacity_tokens,
+            block_tokens=job.block_tokens,
+            scheduler=job.scheduler,
+            ttft_slo_ms=job.ttft_slo_ms,
+            tpot_slo_ms=job.tpot_slo_ms,
+            max_steps=job.max_steps,
         )
     except SimulationTooLong as error:
         raise InvalidInput.at(
-            "trace" if trace_rows is not None else "workload",
+            job.work_field,
             f"{error.message}: simulate fewer requests, shorter outputs or a larger "
             "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
         ) from None
     except SpecError as error:
         raise invalid_spec(error) from None
     return SimulationRun(
-        target=target,
-        scheduler=config,
-        kv_capacity_tokens=kv_tokens,
-        num_requests=len(trace),
+        target=job.target,
+        scheduler=job.scheduler,
+        kv_capacity_tokens=job.kv_capacity_tokens,
+        num_requests=len(job.trace),
         result=result,
     )

@@ -5,17 +5,19 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.catalog.db import make_engine, make_session_factory
+from app.catalog.migrate import upgrade
 from app.catalog.orm import GpuRow
 from app.services import catalog
 from app.services.errors import AlreadyExists, PreconditionFailed
 from app.settings import Settings
 from tests.api.catalog_helpers import new_model
-from tests.conftest import AUTH
+from tests.conftest import AUTH, TEST_API_KEY, reset_database
 
 WRITERS = 8
 
@@ -55,11 +57,20 @@ def test_racing_patches_without_if_match_all_land(client: TestClient) -> None:
     assert final["peak_flops_per_s"] == {key: (i + 1) * 1e12 for i, key in enumerate(keys)}
 
 
+@pytest.fixture
+def sqlite_settings(tmp_path: Path) -> Settings:
+    url = f"sqlite:///{tmp_path / 'ridgeline.db'}"
+    upgrade(url)
+    reset_database(url)
+    return Settings(database_url=url, api_keys=[TEST_API_KEY], log_level="WARNING")
+
+
 @pytest.mark.parametrize("conditional", [True, False], ids=["if-match", "no-if-match"])
-def test_both_read_before_either_writes(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, conditional: bool
+def test_both_read_before_either_writes_on_sqlite(
+    sqlite_settings: Settings, monkeypatch: pytest.MonkeyPatch, conditional: bool
 ) -> None:
-    """Force the interleaving: both sessions hold version 1 before either flushes."""
+    """SQLite has no row locks: force the interleaving where both sessions hold version 1
+    before either flushes. The version check on UPDATE decides."""
     both_read = threading.Barrier(2, timeout=10)
     real_current = catalog.CatalogEntries._current
     first_reads: set[int] = set()
@@ -73,12 +84,12 @@ def test_both_read_before_either_writes(
         return row
 
     monkeypatch.setattr(catalog.CatalogEntries, "_current", current_then_wait)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(sqlite_settings.database_url)
     factory = make_session_factory(engine)
     outcomes: dict[str, str] = {}
 
     def writer(name: str, watts: float) -> None:
-        # As the request's session does (app.api.deps.get_session): commit at the end.
+        # As a request's unit of work does (app.api.deps.write_in_session): commit at the end.
         with factory() as session:
             try:
                 catalog.gpu_entries(session).patch(
@@ -114,6 +125,67 @@ def test_both_read_before_either_writes(
         assert outcomes == {"a": "won", "b": "won"}
         assert version == 3  # the loser re-read version 2 and applied its patch on top
         assert note == "a"  # writer a's other field survived writer b's patch
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("conditional", [True, False], ids=["if-match", "no-if-match"])
+def test_row_lock_queues_the_second_writer_on_postgres(
+    postgres_url: str, conditional: bool
+) -> None:
+    """On PostgreSQL the first writer's read locks the row (SELECT ... FOR UPDATE): the second
+    writer's read waits for its commit and then sees version 2, so it answers 412 (If-Match 1)
+    or applies its patch on top (without), never from a stale read."""
+    upgrade(postgres_url)
+    reset_database(postgres_url)
+    engine = make_engine(postgres_url)
+    factory = make_session_factory(engine)
+    first_holds = threading.Event()
+    release_first = threading.Event()
+    second_read_done = threading.Event()
+    outcomes: dict[str, str] = {}
+
+    def first() -> None:
+        with factory() as session:
+            entries = catalog.gpu_entries(session)
+            entries._current("l4-24gb", 1)  # take the row lock, as a patch does first
+            first_holds.set()
+            release_first.wait(10)
+            entries.patch("l4-24gb", {"tdp_watts": 71.0, "price_note": "a"}, 1, lambda d: d)
+            session.commit()
+            outcomes["a"] = "won"
+
+    def second() -> None:
+        with factory() as session:
+            try:
+                catalog.gpu_entries(session).patch(
+                    "l4-24gb", {"tdp_watts": 73.0}, 1 if conditional else None, lambda d: d
+                )
+                second_read_done.set()
+                session.commit()
+                outcomes["b"] = "won"
+            except PreconditionFailed:
+                second_read_done.set()
+                outcomes["b"] = "412"
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads[0].start()
+    assert first_holds.wait(10)
+    threads[1].start()
+    assert not second_read_done.wait(0.5)  # queued behind the row lock
+    release_first.set()
+    for thread in threads:
+        thread.join(30)
+    with factory() as session:
+        row = session.get(GpuRow, "l4-24gb")
+        assert row is not None
+        version, watts, note = row.version, row.tdp_watts, row.price_note
+    engine.dispose()
+    if conditional:
+        assert outcomes == {"a": "won", "b": "412"}
+        assert (version, watts) == (2, 71.0)
+    else:
+        assert outcomes == {"a": "won", "b": "won"}
+        assert (version, watts, note) == (3, 73.0, "a")
 
 
 def test_racing_creates_of_one_id_are_one_201_and_409s(

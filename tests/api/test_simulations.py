@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.services.catalog_loader import bundled_gpus, bundled_models
 from app.services.specs import gpu_spec_from_fields, model_spec_from_fields
+from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}
 CONSTANT_256 = {"p50": 256, "p90": 256, "p99": 256}
@@ -155,18 +157,8 @@ def test_a_histogram_workload_and_an_unsorted_trace(client: TestClient) -> None:
             "workload.output_tokens.edges_tokens",
         ),
         ({"workload": None, "trace": [[0.0, 100, 10], [1.0, 9000, 10]]}, "trace"),
-        # Too much work, refused before running: 200,000 x 7,999 decode tokens at 16 a step.
-        (
-            {
-                "scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 2048},
-                "workload": dict(
-                    BODY["workload"],
-                    num_requests=200_000,
-                    output_tokens={"p50": 8000, "p90": 8000, "p99": 8000},
-                ),
-            },
-            "workload",
-        ),
+        # More requests than a simulation without an API key may serve.
+        ({"workload": dict(BODY["workload"], num_requests=20_001)}, "workload.num_requests"),
         (
             {
                 "workload": dict(
@@ -209,3 +201,39 @@ def test_bad_input_is_a_422_naming_the_field(
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"
     assert field in [error["field"] for error in response.json()["errors"]]
+
+
+def test_work_is_bounded_before_it_runs_and_more_with_a_key(client: TestClient) -> None:
+    """200,000 requests of 8,000 decode tokens at 16 a step need at least 1e8 steps: refused
+    at once, naming the field, with a key too; 20,001 short requests only without one."""
+    huge = body(
+        scheduler={"max_num_seqs": 16, "max_num_batched_tokens": 2048},
+        workload=dict(
+            BODY["workload"],
+            num_requests=200_000,
+            output_tokens={"p50": 8000, "p90": 8000, "p99": 8000},
+        ),
+    )
+    started = time.perf_counter()
+    response = client.post("/v1/simulations", json=huge, headers=AUTH)
+    assert time.perf_counter() - started < 5.0  # refused up front, not after running
+    assert response.status_code == 422, response.text
+    error = response.json()["errors"][0]
+    assert error["field"] == "workload.num_requests"
+    assert "forward steps" in error["message"]
+
+    many = body(
+        workload=dict(
+            BODY["workload"],
+            requests_per_s=400.0,
+            num_requests=20_001,
+            prompt_tokens={"p50": 64, "p90": 64, "p99": 64},
+            output_tokens={"p50": 2, "p90": 2, "p99": 2},
+        )
+    )
+    anonymous = client.post("/v1/simulations", json=many)
+    assert anonymous.status_code == 422
+    assert "API key" in anonymous.json()["errors"][0]["message"]
+    keyed = client.post("/v1/simulations", json=many, headers=AUTH)
+    assert keyed.status_code == 200, keyed.text
+    assert keyed.json()["num_requests"] == 20_001

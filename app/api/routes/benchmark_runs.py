@@ -6,7 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
-from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, SessionDep, read_json
+from app.api.deps import (
+    ApiKeyDep,
+    LimitQuery,
+    OffsetQuery,
+    json_response,
+    read_json,
+    write_in_session,
+)
 from app.api.schemas.benchmark_runs import (
     BenchmarkRunPage,
     BenchmarkRunRead,
@@ -66,15 +73,18 @@ def _summary(row: BenchmarkRunRow) -> BenchmarkRunSummary:
     ),
     responses=problem_responses(400, 401, 403, 413, 415, 422),
 )
-def upload_run(
+async def upload_run(
     document: Annotated[RunDocument, Body()],
-    session: SessionDep,
-    response: Response,
+    request: Request,
     _key: ApiKeyDep,
-) -> BenchmarkRunRead:
-    row = store_run(session, document)
-    response.headers["Location"] = f"{router.prefix}/benchmark-runs/{row.id}"
-    return _read(row)
+) -> Response:
+    return await write_in_session(
+        request,
+        lambda session: store_run(session, document),
+        lambda row: json_response(
+            _read(row), 201, {"Location": f"{router.prefix}/benchmark-runs/{row.id}"}
+        ),
+    )
 
 
 @router.get(

@@ -11,9 +11,10 @@ from app.api.deps import (
     IfMatchDep,
     LimitQuery,
     OffsetQuery,
-    SessionDep,
     etag_for,
+    json_response,
     read_json,
+    write_in_session,
 )
 from app.api.schemas.benchmark_runs import (
     CalibrationCreate,
@@ -21,6 +22,7 @@ from app.api.schemas.benchmark_runs import (
     CalibrationRead,
 )
 from app.api.schemas.common import ID_PATTERN, problem_responses
+from app.catalog.orm import GpuRow
 from app.catalog.runs import CalibrationRow
 from app.services.calibration import (
     calibrate_gpu,
@@ -73,18 +75,26 @@ def _read(row: CalibrationRow) -> CalibrationRead:
     ),
     responses=problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
 )
-def calibrate(
+async def calibrate(
     gpu_id: Annotated[str, _GPU_ID],
     body: Annotated[CalibrationCreate, Body()],
-    session: SessionDep,
-    response: Response,
+    request: Request,
     if_match: IfMatchDep,
     _key: ApiKeyDep,
-) -> CalibrationRead:
-    row, gpu = calibrate_gpu(session, gpu_id, body.run_ids, body.parameters, if_match)
-    response.headers["ETag"] = etag_for(gpu.version)
-    response.headers["Location"] = f"{router.prefix}/gpus/{gpu_id}/calibrations/{row.id}"
-    return _read(row)
+) -> Response:
+    def present(result: tuple[CalibrationRow, GpuRow]) -> Response:
+        row, gpu = result
+        headers = {
+            "ETag": etag_for(gpu.version),
+            "Location": f"{router.prefix}/gpus/{gpu_id}/calibrations/{row.id}",
+        }
+        return json_response(_read(row), 201, headers)
+
+    return await write_in_session(
+        request,
+        lambda session: calibrate_gpu(session, gpu_id, body.run_ids, body.parameters, if_match),
+        present,
+    )
 
 
 @router.get(

@@ -17,25 +17,30 @@ from sqlalchemy.orm import Session
 from app.api.deps import (
     ApiKeyDep,
     IfMatchDep,
-    SessionDep,
     etag_for,
+    json_response,
     not_modified,
     read_in_session,
+    write_in_session,
 )
 from app.api.schemas.common import ID_PATTERN, Output, problem_responses
 from app.catalog.orm import CatalogEntry
 from app.services.catalog import CatalogEntries
 
-__all__ = ["add_item_routes", "respond_with", "writable_fields"]
+__all__ = ["add_item_routes", "entry_response", "writable_fields"]
 
 _ID_PATH = Path(pattern=ID_PATTERN, description="Catalog id.")
 _WRITE_PROBLEMS = problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422)
 
 
-def respond_with(response: Response, row: CatalogEntry, location: str | None = None) -> None:
-    response.headers["ETag"] = etag_for(row.version)
+def entry_response(
+    row: CatalogEntry, payload: BaseModel, status_code: int = 200, location: str | None = None
+) -> Response:
+    """The JSON of `payload` with the entry's ETag (and `Location` for a new entry)."""
+    headers = {"ETag": etag_for(row.version)}
     if location is not None:
-        response.headers["Location"] = location
+        headers["Location"] = location
+    return json_response(payload, status_code, headers)
 
 
 def writable_fields(fields_schema: type[BaseModel]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -99,17 +104,19 @@ def add_item_routes(
         responses=_WRITE_PROBLEMS,
         name=f"create_{noun}",
     )
-    def create_entry(
+    async def create_entry(
         body: Annotated[create_schema, Body()],  # type: ignore[valid-type]
-        session: SessionDep,
-        response: Response,
+        request: Request,
         _key: ApiKeyDep,
-    ) -> Any:
+    ) -> Response:
         document = body.model_dump(mode="json", exclude_none=True)  # type: ignore[attr-defined]
         entry_id = document.pop("id")
-        row = entries(session).create(entry_id, fields_of(document))
-        respond_with(response, row, f"{router.prefix}{collection_path}/{entry_id}")
-        return read(row)
+        location = f"{router.prefix}{collection_path}/{entry_id}"
+        return await write_in_session(
+            request,
+            lambda session: entries(session).create(entry_id, fields_of(document)),
+            lambda row: entry_response(row, read(row), 201, location),
+        )
 
     @router.put(
         item_path,
@@ -119,19 +126,22 @@ def add_item_routes(
         responses=_WRITE_PROBLEMS,
         name=f"replace_{noun}",
     )
-    def replace_entry(
+    async def replace_entry(
         entry_id: Annotated[str, _ID_PATH],
         body: Annotated[create_schema, Body()],  # type: ignore[valid-type]
-        session: SessionDep,
-        response: Response,
+        request: Request,
         if_match: IfMatchDep,
         _key: ApiKeyDep,
-    ) -> Any:
+    ) -> Response:
         document = body.model_dump(mode="json", exclude_none=True)  # type: ignore[attr-defined]
         body_id = document.pop("id")
-        row = entries(session).replace(entry_id, fields_of(document), if_match, body_id=body_id)
-        respond_with(response, row)
-        return read(row)
+        return await write_in_session(
+            request,
+            lambda session: entries(session).replace(
+                entry_id, fields_of(document), if_match, body_id=body_id
+            ),
+            lambda row: entry_response(row, read(row)),
+        )
 
     @router.patch(
         item_path,
@@ -144,18 +154,19 @@ def add_item_routes(
         responses=_WRITE_PROBLEMS,
         name=f"patch_{noun}",
     )
-    def patch_entry(
+    async def patch_entry(
         entry_id: Annotated[str, _ID_PATH],
         body: Annotated[patch_schema, Body()],  # type: ignore[valid-type]
-        session: SessionDep,
-        response: Response,
+        request: Request,
         if_match: IfMatchDep,
         _key: ApiKeyDep,
-    ) -> Any:
+    ) -> Response:
         patch = body.model_dump(mode="json", exclude_unset=True)  # type: ignore[attr-defined]
-        row = entries(session).patch(entry_id, patch, if_match, fields_of)
-        respond_with(response, row)
-        return read(row)
+        return await write_in_session(
+            request,
+            lambda session: entries(session).patch(entry_id, patch, if_match, fields_of),
+            lambda row: entry_response(row, read(row)),
+        )
 
     @router.delete(
         item_path,
@@ -165,11 +176,14 @@ def add_item_routes(
         responses=problem_responses(400, 401, 403, 404, 412),
         name=f"delete_{noun}",
     )
-    def delete_entry(
+    async def delete_entry(
         entry_id: Annotated[str, _ID_PATH],
-        session: SessionDep,
+        request: Request,
         if_match: IfMatchDep,
         _key: ApiKeyDep,
     ) -> Response:
-        entries(session).delete(entry_id, if_match)
-        return Response(status_code=status.HTTP_204_NO_CONTENT)
+        return await write_in_session(
+            request,
+            lambda session: entries(session).delete(entry_id, if_match),
+            lambda _: Response(status_code=status.HTTP_204_NO_CONTENT),
+        )

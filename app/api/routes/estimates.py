@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.api.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
-from app.api.deps import SpecCacheDep, memoized_answer
+from app.api.deps import HeavyWorkDep, SpecCacheDep, memoized_answer
 from app.api.schemas.common import problem_responses
 from app.api.schemas.estimates import (
     BatchCeilingRequest,
@@ -87,16 +87,20 @@ async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep, request: R
     "/estimates/prefill-curve",
     response_model=PrefillCurveResponse,
     summary="TTFT over many prompt lengths (JSON, or an SVG chart)",
-    responses=_PROBLEMS | _SVG,
+    responses=_PROBLEMS | _SVG | problem_responses(429, 503),
 )
 async def estimate_prefill_curve(
-    body: PrefillCurveRequest, cache: SpecCacheDep, request: Request, accept: AcceptHeader = None
+    body: PrefillCurveRequest,
+    cache: SpecCacheDep,
+    heavy: HeavyWorkDep,
+    request: Request,
+    accept: AcceptHeader = None,
 ) -> Response:
     def answer() -> PrefillCurveResponse:
         return _answer(cache, body, estimates.prefill_points, PrefillCurveResponse.of)
 
-    if wants_svg(accept):  # drawing takes ~100 ms: off the event loop
-        chart = await run_in_threadpool(lambda: prefill_curve_svg(answer()))
+    if wants_svg(accept):  # drawing takes ~100 ms of CPU: a heavy job
+        chart = await heavy.run(request, prefill_curve_svg, await run_in_threadpool(answer))
         return Response(chart, media_type=SVG_MEDIA_TYPE)
     return await memoized_answer(request, body, answer)
 
@@ -162,15 +166,19 @@ async def recommend_chunk_size(
     "/roofline",
     response_model=RooflineResponse,
     summary="Ridge point of a GPU and where each phase sits (JSON, or an SVG chart)",
-    responses=_PROBLEMS | _SVG,
+    responses=_PROBLEMS | _SVG | problem_responses(429, 503),
 )
 async def roofline(
-    body: RooflineRequest, cache: SpecCacheDep, request: Request, accept: AcceptHeader = None
+    body: RooflineRequest,
+    cache: SpecCacheDep,
+    heavy: HeavyWorkDep,
+    request: Request,
+    accept: AcceptHeader = None,
 ) -> Response:
     def answer() -> RooflineResponse:
         return RooflineResponse.of(*estimates.roofline_of(cache, **body.resolve_kwargs()))
 
     if wants_svg(accept):
-        chart = await run_in_threadpool(lambda: roofline_svg(answer()))
+        chart = await heavy.run(request, roofline_svg, await run_in_threadpool(answer))
         return Response(chart, media_type=SVG_MEDIA_TYPE)
     return await memoized_answer(request, body, answer)

@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
 
-from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, SessionDep, read_json
-from app.api.routes.catalog import add_item_routes, respond_with, writable_fields
+from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, read_json, write_in_session
+from app.api.routes.catalog import add_item_routes, entry_response, writable_fields
 from app.api.schemas.common import ENTRY_ID, MAX_BIGINT, NO_NUL, Page, problem_responses
 from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
 from app.services.catalog import list_models, model_entries
@@ -68,7 +68,7 @@ async def list_models_route(
     ),
     responses=problem_responses(400, 401, 403, 409, 413, 415, 422),
 )
-def import_model(
+async def import_model(
     entry_id: Annotated[ENTRY_ID, Query(alias="id")],
     config: Annotated[
         dict[str, Any],
@@ -88,8 +88,7 @@ def import_model(
             ],
         ),
     ],
-    session: SessionDep,
-    response: Response,
+    request: Request,
     _key: ApiKeyDep,
     name: Annotated[
         str | None,
@@ -104,12 +103,14 @@ def import_model(
             examples=["meta-llama/Meta-Llama-3-8B"],
         ),
     ] = None,
-) -> Any:
-    row = import_hf_config(
-        session, entry_id, config, name=name, hf_repo=hf_repo, validate=_model_fields
+) -> Response:
+    return await write_in_session(
+        request,
+        lambda session: import_hf_config(
+            session, entry_id, config, name=name, hf_repo=hf_repo, validate=_model_fields
+        ),
+        lambda row: entry_response(row, ModelRead.from_row(row), 201, f"/v1/models/{entry_id}"),
     )
-    respond_with(response, row, f"/v1/models/{entry_id}")
-    return ModelRead.from_row(row)
 
 
 add_item_routes(

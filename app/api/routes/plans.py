@@ -8,11 +8,14 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from app.api.deps import (
     ApiKeyDep,
+    HeavyWorkDep,
     LimitQuery,
     OffsetQuery,
-    SessionDep,
     SpecCacheDep,
+    json_response,
+    read_in_session,
     read_json,
+    write_in_session,
 )
 from app.api.schemas.common import NO_NUL, problem_responses
 from app.api.schemas.plans import PlanList, PlanRead, PlanRequest, PlanSummary
@@ -37,18 +40,24 @@ router = APIRouter(prefix="/v1", tags=["plans"])
         "per plan (422 beyond). The plan is stored with the catalog versions it used: `Location` "
         "names it. Needs an API key (it writes)."
     ),
-    responses=problem_responses(400, 401, 403, 413, 415, 422),
+    responses=problem_responses(400, 401, 403, 413, 415, 422, 429, 503),
 )
-def create_plan_route(
+async def create_plan_route(
     body: PlanRequest,
-    session: SessionDep,
     cache: SpecCacheDep,
-    response: Response,
+    heavy: HeavyWorkDep,
+    request: Request,
     _key: ApiKeyDep,
-) -> PlanRead:
-    row = plans.create_plan(session, cache, body.query(), body.model_dump(mode="json"))
-    response.headers["Location"] = f"/v1/plans/{row.id}"
-    return PlanRead.of(row)
+) -> Response:
+    query = body.query()
+    job = await read_in_session(request, lambda session: plans.prepare_plan(session, cache, query))
+    computed = await heavy.run(request, plans.compute_plan, job)
+    document = body.model_dump(mode="json")
+    return await write_in_session(
+        request,
+        lambda session: plans.store_plan(session, job, computed, document),
+        lambda row: json_response(PlanRead.of(row), 201, {"Location": f"/v1/plans/{row.id}"}),
+    )
 
 
 @router.get(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import SpecCacheDep
+from app.api.deps import HeavyWorkDep, OptionalApiKeyDep, SpecCacheDep
 from app.api.schemas.common import problem_responses
 from app.api.schemas.simulations import SimulationRequest, SimulationResponse
-from app.services.simulations import MAX_SIMULATED_STEPS, run_simulation
+from app.services.simulations import (
+    ANONYMOUS_BUDGET,
+    KEYED_BUDGET,
+    prepare_simulation,
+    run_simulation_job,
+)
 
 router = APIRouter(prefix="/v1", tags=["simulations"])
 
@@ -19,12 +25,24 @@ router = APIRouter(prefix="/v1", tags=["simulations"])
     description=(
         "A discrete-event simulation of continuous batching with chunked prefill, KV-limited "
         "admission and preemption (vLLM's scheduler), each step timed by the performance model. "
-        "Deterministic: the same request gives the same answer. Up to 200,000 requests and "
-        f"{MAX_SIMULATED_STEPS:,} forward steps (a workload that provably needs more is refused "
-        "up front); about a second per 100,000 requests at moderate load."
+        "Deterministic: the same request gives the same answer. It runs in a heavy-work process "
+        "(429 with `Retry-After` when those are all busy; a client that disconnects stops its "
+        "run). The work is bounded before it starts, from an estimate of the forward steps: "
+        f"without an API key up to {ANONYMOUS_BUDGET.max_requests:,} requests and about "
+        f"{ANONYMOUS_BUDGET.max_steps:,} steps (a few seconds), with one up to "
+        f"{KEYED_BUDGET.max_requests:,} requests and {KEYED_BUDGET.max_steps:,} steps; beyond, "
+        "a 422 naming the field."
     ),
-    responses=problem_responses(400, 413, 415, 422),
+    responses=problem_responses(400, 403, 413, 415, 422, 429, 503),
 )
-def simulate_route(body: SimulationRequest, cache: SpecCacheDep) -> SimulationResponse:
-    run = run_simulation(cache, body.target_kwargs(), **body.simulation_kwargs())
+async def simulate_route(
+    body: SimulationRequest,
+    cache: SpecCacheDep,
+    heavy: HeavyWorkDep,
+    key: OptionalApiKeyDep,
+    request: Request,
+) -> SimulationResponse:
+    budget = KEYED_BUDGET if key is not None else ANONYMOUS_BUDGET
+    job = await run_in_threadpool(prepare_simulation, cache, body.query(), budget)
+    run = await heavy.run(request, run_simulation_job, job)
     return SimulationResponse.of(run)

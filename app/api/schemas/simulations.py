@@ -14,6 +14,7 @@ from app.services.simulations import (
     MAX_ARRIVAL_S,
     MAX_SIMULATED_STEPS,
     MIN_REQUESTS_PER_S,
+    SimulationQuery,
     SimulationRun,
 )
 
@@ -217,20 +218,21 @@ class SimulationRequest(TargetRequest):
             raise ValueError("give exactly one of workload and trace")
         return self
 
-    def simulation_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of `app.services.simulations.run_simulation`."""
+    def query(self) -> SimulationQuery:
+        """The request as `app.services.simulations.prepare_simulation` takes it."""
         slo = self.slo or SimulationSlo()
-        return {
-            "scheduler": self.scheduler.model_dump(),
-            "workload": self.workload.fields() if self.workload else None,
-            "trace_rows": self.trace,
-            "seed": self.seed,
-            "ttft_slo_ms": slo.ttft_ms,
-            "tpot_slo_ms": slo.tpot_ms,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "block_tokens": self.block_tokens,
-            "kv_capacity_override_tokens": self.kv_capacity_tokens,
-        }
+        return SimulationQuery(
+            target=self.target_kwargs(),
+            scheduler=self.scheduler.model_dump(),
+            workload=self.workload.fields() if self.workload else None,
+            trace_rows=self.trace,
+            seed=self.seed,
+            ttft_slo_ms=slo.ttft_ms,
+            tpot_slo_ms=slo.tpot_ms,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            block_tokens=self.block_tokens,
+            kv_capacity_override_tokens=self.kv_capacity_tokens,
+        )
 
 
 class LatencyPercentiles(BaseModel):

@@ -1,0 +1,194 @@
+"""Real server processes (`ridgeline serve`) over one database: racing writers across replicas,
+readiness under contention, and a bounded graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.catalog.migrate import upgrade
+from tests.conftest import AUTH, TEST_API_KEY, reset_database
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITERS = 32
+ROUNDS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def served(database_url: str, **settings: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """One `ridgeline serve` process on a free port; yields its base URL and the process."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "RIDGELINE_DATABASE_URL": database_url,
+        "RIDGELINE_API_KEYS": TEST_API_KEY,
+        "RIDGELINE_LOG_LEVEL": "WARNING",
+        **{f"RIDGELINE_{name.upper()}": value for name, value in settings.items()},
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {port} did not start")
+            time.sleep(0.1)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+@pytest.fixture
+def database(postgres_url: str) -> str:
+    upgrade(postgres_url)
+    reset_database(postgres_url)
+    return postgres_url
+
+
+async def _patch_round(
+    bases: list[str], bodies: list[dict[str, object]], headers: dict[str, str]
+) -> tuple[list[int], float]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        started = time.perf_counter()
+
+        async def patch(index: int) -> int:
+            base = bases[index % len(bases)]
+            response = await client.patch(
+                f"{base}/v1/gpus/l4-24gb", json=bodies[index], headers=headers
+            )
+            return response.status_code
+
+        statuses = await asyncio.gather(*(patch(i) for i in range(len(bodies))))
+        return list(statuses), time.perf_counter() - started
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_conditional_writers_over_two_replicas_one_wins_per_round(database: str) -> None:
+    """32 concurrent PATCHes of one row with the same If-Match, split over two server
+    processes, ten rounds: exactly one 200 per round, the rest 412, each round well under
+    10 s, and both replicas ready after. Then 32 patches without If-Match: all land."""
+    with served(database) as (first, _), served(database) as (second, _):
+        bases = [first, second]
+        times = []
+        for round_index in range(ROUNDS):
+            etag = httpx.get(f"{first}/v1/gpus/l4-24gb").headers["etag"]
+            bodies: list[dict[str, object]] = [
+                {"tdp_watts": 1000 + round_index * WRITERS + i} for i in range(WRITERS)
+            ]
+            statuses, elapsed = asyncio.run(_patch_round(bases, bodies, {**AUTH, "If-Match": etag}))
+            assert Counter(statuses) == {200: 1, 412: WRITERS - 1}, (round_index, statuses)
+            assert elapsed < 10.0
+            times.append(elapsed)
+        for base in bases:
+            ready = httpx.get(f"{base}/readyz", timeout=2)
+            assert ready.status_code == 200, ready.text
+        assert httpx.get(f"{first}/v1/gpus/l4-24gb").json()["version"] == 1 + ROUNDS
+
+        keys = ["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+        unconditional: list[dict[str, object]] = [
+            {"peak_flops_per_s": {keys[i]: float(i + 1) * 1e12}} for i in range(len(keys))
+        ] + [{"price_note": f"writer {i}"} for i in range(len(keys), WRITERS)]
+        statuses, elapsed = asyncio.run(_patch_round(bases, unconditional, AUTH))
+        assert statuses == [200] * WRITERS
+        final = httpx.get(f"{second}/v1/gpus/l4-24gb").json()
+        assert final["version"] == 1 + ROUNDS + WRITERS
+        assert {key: final["peak_flops_per_s"][key] for key in keys} == {
+            key: (i + 1) * 1e12 for i, key in enumerate(keys)
+        }
+    print(f"\nrounds: {ROUNDS} x {WRITERS} writers; slowest {max(times):.2f} s")
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_held_row_lock_is_a_503_busy_and_readiness_stays_fast(database: str) -> None:
+    """Another client holds the row lock (an open transaction): a write to that row answers
+    503 `busy` with Retry-After once the lock timeout passes, never hangs, and /readyz answers
+    within a second meanwhile."""
+    import psycopg  # noqa: PLC0415
+
+    dsn = database.replace("postgresql+psycopg://", "postgresql://")
+    with served(database, db_lock_timeout_ms="1000") as (base, _), psycopg.connect(dsn) as holder:
+        holder.execute("SELECT id FROM gpus WHERE id = 'l4-24gb' FOR UPDATE")
+        started = time.perf_counter()
+        response = httpx.patch(
+            f"{base}/v1/gpus/l4-24gb", json={"tdp_watts": 77}, headers=AUTH, timeout=10
+        )
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 503, response.text
+        assert response.json()["type"] == "/problems/busy"
+        assert response.headers["retry-after"] == "1"
+        assert elapsed < 3.0
+        started = time.perf_counter()
+        assert httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+        assert time.perf_counter() - started < 1.0
+        holder.rollback()
+        after = httpx.patch(f"{base}/v1/gpus/l4-24gb", json={"tdp_watts": 77}, headers=AUTH)
+        assert after.status_code == 200
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_sigterm_ends_the_server_within_the_graceful_bound(database: str) -> None:
+    """A request still running when SIGTERM comes (a long simulation) does not keep the
+    process alive past RIDGELINE_GRACEFUL_SHUTDOWN_S."""
+    slow = {
+        "model": "llama-3-8b",
+        "gpu": "h100-sxm5-80gb",
+        "workload": {
+            "requests_per_s": 0.5,
+            "num_requests": 20_000,
+            "prompt_tokens": {"p50": 512, "p90": 512, "p99": 512},
+            "output_tokens": {"p50": 400, "p90": 400, "p99": 400},
+        },
+    }
+    with served(database, graceful_shutdown_s="2") as (base, process):
+
+        async def start_and_stop() -> float:
+            async with httpx.AsyncClient(timeout=60) as client:
+                pending = asyncio.ensure_future(
+                    client.post(f"{base}/v1/simulations", json=slow, headers=AUTH)
+                )
+                await asyncio.sleep(1.0)
+                assert not pending.done()
+                started = time.perf_counter()
+                process.send_signal(signal.SIGTERM)
+                while process.poll() is None and time.perf_counter() - started < 15:
+                    await asyncio.sleep(0.05)
+                pending.cancel()
+                return time.perf_counter() - started
+
+        stopped_after = asyncio.run(start_and_stop())
+        assert process.poll() is not None
+        assert stopped_after < 2.0 + 3.0
