@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     )
     app.state.settings = settings
     app.state.heavy_work = heavy
-    app.state.metrics = HttpMetrics()
+    app.state.metrics = HttpMetrics(heavy)
     install_problem_handlers(app)
     app.include_router(health.router)
     app.include_router(gpus.router)
@@ -124,5 +124,6 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         ObservabilityMiddleware,
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
+        fastapi_app=app,
     )
     return app

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from app.api.heavy import HeavyWork
 from app.api.memo import ResponseMemo
 from app.api.problems import ApiProblem, is_sqlite_busy
-from app.services.catalog import ANY_VERSION
+from app.services.catalog import ANY_VERSION, Precondition
 from app.services.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 
@@ -46,7 +46,8 @@ T = TypeVar("T")
 W = TypeVar("W")
 _BUSY_ATTEMPTS = 3
 _BUSY_BACKOFF_S = 0.05
-_ETAG = re.compile(r'^\s*"(\d{1,18})"\s*$')
+# entity-tag = [ weak ] opaque-tag; opaque-tag = DQUOTE *etagc DQUOTE (RFC 9110 8.8.3).
+_ENTITY_TAG = re.compile(r'^[ \t]*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"[ \t]*$')
 
 
 # Trivial dependencies are `async def`: FastAPI would run a plain `def` in the thread pool.
@@ -125,35 +126,38 @@ async def parse_if_match(
         str | None,
         Header(
             description=(
-                'The ETag you read (e.g. `"3"`), or `*`. A stale one gets 412, so two writers '
-                "never overwrite each other unknowingly."
+                'The ETag you read (e.g. `"3"`), a list of them, or `*`. One that does not name '
+                "the current version gets 412, so two writers never overwrite each other "
+                "unknowingly."
             ),
         ),
     ] = None,
-) -> int | None:
-    """The version the caller expects, `ANY_VERSION` for `*`, or None without the header."""
+) -> Precondition | None:
+    """What `If-Match` asks (RFC 9110 section 13.1.1), or None without the header. Strong
+    ETags of digits name versions; any other well-formed entity-tag (`"abc"`, weak `W/"3"`)
+    names none, so it fails the precondition (412). A value that is not a list of entity-tags
+    at all (`abc`, `null`) is a 400."""
     if if_match is None:
         return None
     if if_match.strip() == "*":
         return ANY_VERSION
-    tags = if_match.split(",")
-    versions = []
-    for tag in tags:
-        match = _ETAG.match(tag)
+    versions = set()
+    for tag in if_match.split(","):
+        match = _ENTITY_TAG.match(tag)
         if match is None:
+            shown = if_match if len(if_match) <= 80 else if_match[:80] + "..."
             raise ApiProblem(
                 400,
                 "bad-etag",
-                f'If-Match {if_match!r} is not a list of quoted ETags such as "3" '
-                "(weak ETags never match a write).",
+                f'If-Match {shown!r} is not a list of quoted entity-tags such as "3".',
             )
-        versions.append(int(match.group(1)))
-    if len(versions) > 1:
-        raise ApiProblem(400, "bad-etag", "If-Match may name one version only.")
-    return versions[0]
+        weak, opaque = match.group(1), match.group(2)
+        if not weak and opaque.isdigit() and len(opaque) <= 18:
+            versions.add(int(opaque))
+    return Precondition(frozenset(versions))
 
 
-IfMatchDep = Annotated[int | None, Depends(parse_if_match)]
+IfMatchDep = Annotated[Precondition | None, Depends(parse_if_match)]
 
 
 def etag_for(version: int) -> str:

@@ -73,8 +73,7 @@ class HeavyWork:
         self.limits = limits
         self._pool: pebble.ProcessPool | None = None
         self.admitted = 0
-        self.refused = 0
-        self.cancelled = 0
+        self.outcomes: dict[str, int] = dict.fromkeys(("done", "failed", "refused", "cancelled"), 0)
         self._mean_job_s = 1.0
 
     @property
@@ -102,7 +101,7 @@ class HeavyWork:
         already; `ClientGone` when `request`'s client disconnects first (the job is stopped);
         503 when it outlives `timeout_s`."""
         if self.admitted >= self.capacity:
-            self.refused += 1
+            self.outcomes["refused"] += 1
             raise ApiProblem(
                 429,
                 "too-many-requests",
@@ -126,6 +125,7 @@ class HeavyWork:
                 done, _ = await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
             except asyncio.CancelledError:
                 future.cancel()  # type: ignore[no-untyped-call]  # pebble's stub
+                self.outcomes["cancelled"] += 1
                 raise
             finally:
                 if gone is not None:
@@ -133,11 +133,12 @@ class HeavyWork:
             if result not in done:
                 # Ends the worker process running it; pebble starts another.
                 future.cancel()  # type: ignore[no-untyped-call]
-                self.cancelled += 1
+                self.outcomes["cancelled"] += 1
                 raise ClientGone()
             try:
-                return result.result()
+                value = result.result()
             except FutureTimeout:
+                self.outcomes["failed"] += 1
                 raise ApiProblem(
                     503,
                     "busy",
@@ -146,6 +147,7 @@ class HeavyWork:
                     headers={"Retry-After": str(self.retry_after_s())},
                 ) from None
             except pebble.ProcessExpired as error:
+                self.outcomes["failed"] += 1
                 raise ApiProblem(
                     503,
                     "busy",
@@ -153,6 +155,11 @@ class HeavyWork:
                     "of memory: ask for less work.",
                     headers={"Retry-After": "1"},
                 ) from None
+            except BaseException:
+                self.outcomes["failed"] += 1  # the job raised (a 422, say): it did run
+                raise
+            self.outcomes["done"] += 1
+            return value
         finally:
             self.admitted -= 1
             elapsed = loop.time() - started

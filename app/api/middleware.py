@@ -12,13 +12,25 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from fastapi import FastAPI
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.heavy import HeavyWork
 from app.api.problems import PROBLEM_CONTENT_TYPE, problem_body
+from app.api.route_table import template_of
 from app.logs import REQUEST_ID
 
 __all__ = ["HttpMetrics", "ObservabilityMiddleware"]
@@ -29,15 +41,52 @@ _BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
 _access_log = logging.getLogger("ridgeline.access")
 _error_log = logging.getLogger("ridgeline.errors")
 
-# Estimates answer in about a millisecond; catalog writes in a few.
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# Estimates answer in about a millisecond, catalog writes in a few; simulations and plans take
+# seconds, up to the heavy-work timeout.
+_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+
+
+class _HeavyWorkCollector(Collector):
+    """The heavy-work pool's admission and outcomes, read when Prometheus scrapes."""
+
+    def __init__(self, heavy: HeavyWork) -> None:
+        self.heavy = heavy
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = CounterMetricFamily(
+            "ridgeline_heavy_jobs",
+            "Heavy jobs (simulations, plans, charts) by outcome: done, failed (raised or "
+            "timed out), refused (429), cancelled (client gone).",
+            labels=["outcome"],
+        )
+        for outcome, count in self.heavy.outcomes.items():
+            jobs.add_metric([outcome], count)
+        yield jobs
+        yield GaugeMetricFamily(
+            "ridgeline_heavy_jobs_admitted",
+            "Heavy jobs running or queued now.",
+            value=self.heavy.admitted,
+        )
+        yield GaugeMetricFamily(
+            "ridgeline_heavy_jobs_capacity",
+            "Heavy jobs admitted at once before a 429.",
+            value=self.heavy.capacity,
+        )
 
 
 class HttpMetrics:
-    """The request counter and latency histogram, in a registry of the app's own."""
+    """The request counter and latency histogram, process metrics and the heavy-work pool's
+    figures, in a registry of the app's own."""
 
-    def __init__(self) -> None:
+    def __init__(self, heavy: HeavyWork | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        if heavy is not None:
+            self.registry.register(_HeavyWorkCollector(heavy))
         self.requests = Counter(
             "ridgeline_http_requests",
             "HTTP requests by method, route template and status.",
@@ -61,11 +110,18 @@ class _BodyTooLarge(HTTPException):
         super().__init__(413, f"Bodies are limited to {limit} bytes.")
 
 
+MAX_TARGET_BYTES = 8192
+"""Longest request target (path and query) answered; longer gets a 414 problem document."""
+
+
 class ObservabilityMiddleware:
-    def __init__(self, app: ASGIApp, metrics: HttpMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: HttpMetrics, max_body_bytes: int, fastapi_app: FastAPI
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.fastapi_app = fastapi_app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -112,7 +168,7 @@ class ObservabilityMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = getattr(route, "path", None) or self._template(scope)
             method = scope["method"]
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.latency.labels(method, template).observe(elapsed)
@@ -125,8 +181,24 @@ class ObservabilityMiddleware:
             )
             REQUEST_ID.reset(token)
 
+    def _template(self, scope: Scope) -> str:
+        """The route template of a request the app never routed (refused here: 413, 414,
+        415), so its metrics count on the route it was meant for."""
+        if len(scope.get("raw_path") or b"") > MAX_TARGET_BYTES:
+            return "unmatched"
+        return template_of(self.fastapi_app, scope["path"]) or "unmatched"
+
     def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str] | None:
         """A problem to answer before the app sees the request, or None."""
+        target = len(scope.get("raw_path") or scope["path"].encode()) + len(
+            scope.get("query_string", b"")
+        )
+        if target > MAX_TARGET_BYTES:
+            return (
+                414,
+                "uri-too-long",
+                f"The request target is {target} bytes; at most {MAX_TARGET_BYTES} are read.",
+            )
         if scope["method"].encode() not in _BODY_METHODS:
             return None
         length = headers.get(b"content-length")

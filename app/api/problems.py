@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.route_table import allowed_methods
 from app.logs import REQUEST_ID
 from app.services.errors import DomainError, FieldProblem
 
@@ -282,8 +283,13 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSON
     detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"No route for {request.method} {request.url.path}."
-    headers = dict(exc.headers) if exc.headers else None
-    return problem_response(request, exc.status_code, slug, detail, headers=headers)
+    headers = dict(exc.headers) if exc.headers else {}
+    if exc.status_code == 405:
+        # Starlette names only the first matching route's methods; RFC 9110 15.5.6 wants all.
+        allowed = allowed_methods(request.app, request.url.path)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"{request.method} is not served at {request.url.path}; use {', '.join(allowed)}."
+    return problem_response(request, exc.status_code, slug, detail, headers=headers or None)
 
 
 # SQLSTATEs of contention, not outage: lock_timeout (55P03), statement_timeout or a cancel

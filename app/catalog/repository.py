@@ -27,6 +27,20 @@ class CatalogRepository(Generic[RowT]):
     def get(self, entry_id: str) -> RowT | None:
         return self.session.get(self.row_type, entry_id)
 
+    def names(self) -> tuple[list[str], dict[str, str]]:
+        """Every id, and every other name an entry answers to (`other_names`), lower-cased,
+        mapped to its entry's id."""
+        ids: list[str] = []
+        others: dict[str, str] = {}
+        for row in self.session.scalars(select(self.row_type)):
+            ids.append(row.id)
+            for name in self.other_names(row):
+                others.setdefault(name.lower(), row.id)
+        return ids, others
+
+    def other_names(self, row: RowT) -> list[str]:
+        return []
+
     def get_for_update(self, entry_id: str) -> RowT | None:
         """The row, read fresh from the database (not from the session's identity map) and
         locked until the transaction ends (`SELECT ... FOR UPDATE` on PostgreSQL; SQLite has
@@ -89,6 +103,10 @@ class GpuRepository(CatalogRepository[GpuRow]):
             where.append(GpuRow.memory_bytes >= min_memory_bytes)
         return where
 
+    def other_names(self, row: GpuRow) -> list[str]:
+        """Device names (`aliases`), as nvidia-smi and the benchmark job report them."""
+        return list(row.aliases or ())
+
     def alias_owners(self) -> dict[str, str]:
         """Every alias in the catalog, mapped to the GPU id that claims it."""
         owners: dict[str, str] = {}
@@ -101,6 +119,10 @@ class GpuRepository(CatalogRepository[GpuRow]):
 class ModelRepository(CatalogRepository[ModelRow]):
     row_type = ModelRow
     kind = "model"
+
+    def other_names(self, row: ModelRow) -> list[str]:
+        """The Hugging Face repository (`meta-llama/Meta-Llama-3-8B`)."""
+        return [row.hf_repo] if row.hf_repo else []
 
     def filters(
         self, *, family: str | None, min_params: int | None, max_params: int | None

@@ -35,7 +35,7 @@ from app.services.benchmark_runs import (
     point_load,
     run_cost_model,
 )
-from app.services.catalog import ANY_VERSION, gpu_entries
+from app.services.catalog import Precondition, gpu_entries
 from app.services.errors import CalibrationNotFound, InvalidInput, PreconditionFailed
 from app.services.pages import Page
 from app.services.specs import gpu_spec_from_fields
@@ -144,7 +144,7 @@ def calibrate_gpu(
     gpu_id: str,
     run_ids: Sequence[str],
     parameters: Sequence[FitParameter] = ALL_PARAMETERS,
-    if_match: int | None = None,
+    if_match: Precondition | None = None,
 ) -> tuple[CalibrationRow, GpuRow]:
     """Fit, apply and record a calibration of `gpu_id`; the history row and the updated GPU.
 
@@ -153,10 +153,10 @@ def calibrate_gpu(
     """
     entries = gpu_entries(session)
     row = entries.get(gpu_id)
-    if if_match is not None and if_match not in (ANY_VERSION, row.version):
+    if if_match is not None and not if_match.admits(row.version):
         raise PreconditionFailed(
-            f"gpu {gpu_id!r} is at version {row.version}, not {if_match}: fetch it again and "
-            "recalibrate."
+            f"gpu {gpu_id!r} is at version {row.version}, not {if_match.describe()}: fetch it "
+            "again and recalibrate."
         )
     read_version = row.version
     fields = entries.document(row)
@@ -176,7 +176,9 @@ def calibrate_gpu(
         "source": _source(calibration_id, run_ids, result)
     }
     # The write names the version read above: any change since then is a 412, nothing stored.
-    updated = entries.replace(gpu_id, fields | {"efficiency": fitted}, read_version)
+    updated = entries.replace(
+        gpu_id, fields | {"efficiency": fitted}, Precondition.at(read_version)
+    )
     history = CalibrationRow(
         id=calibration_id,
         gpu_id=gpu_id,

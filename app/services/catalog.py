@@ -8,6 +8,7 @@ without it is re-read and re-applied, so two patches of different fields both la
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic
 
@@ -29,6 +30,7 @@ from app.services.errors import (
     NotFound,
     PreconditionFailed,
 )
+from app.services.lookup import nearest
 from app.services.pages import Page
 from app.services.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
 
@@ -36,6 +38,7 @@ __all__ = [
     "ANY_VERSION",
     "CatalogEntries",
     "LoadOutcome",
+    "Precondition",
     "Validator",
     "gpu_entries",
     "gpu_spec_of",
@@ -48,7 +51,33 @@ __all__ = [
     "upsert_bundled",
 ]
 
-ANY_VERSION = -1  # `If-Match: *`: the entry must exist, whatever its version
+
+@dataclass(frozen=True, slots=True)
+class Precondition:
+    """What an `If-Match` header asks of the entry: to exist (`*`), or to be at one of
+    `versions` (strong ETags `"3"` name versions; a tag naming none, or a weak one, leaves
+    `versions` short of it, and an empty set matches nothing: RFC 9110 section 13.1.1)."""
+
+    versions: frozenset[int] = frozenset()
+    any_version: bool = False
+
+    @classmethod
+    def at(cls, version: int) -> Precondition:
+        return cls(frozenset({version}))
+
+    def admits(self, version: int) -> bool:
+        return self.any_version or version in self.versions
+
+    def describe(self) -> str:
+        if self.any_version:
+            return "any version"
+        if not self.versions:
+            return "an ETag no version has"
+        return ", ".join(str(v) for v in sorted(self.versions))
+
+
+ANY_VERSION = Precondition(any_version=True)
+"""`If-Match: *`: the entry must exist, whatever its version."""
 _PATCH_ATTEMPTS = 8
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
@@ -80,7 +109,7 @@ class CatalogEntries(Generic[RowT]):
         self,
         session: Session,
         repository: CatalogRepository[RowT],
-        not_found: Callable[[str], NotFound],
+        not_found: Callable[[str, str], NotFound],
         columns: Callable[[dict[str, Any], Session, str], dict[str, Any]],
         writable_fields: tuple[str, ...],
     ) -> None:
@@ -93,9 +122,10 @@ class CatalogEntries(Generic[RowT]):
     # reads
 
     def get(self, entry_id: str) -> RowT:
+        """The entry; 404 saying which ids are near when there is none (`app.services.lookup`)."""
         row = self.repository.get(entry_id)
         if row is None:
-            raise self._not_found(entry_id)
+            raise self._not_found(entry_id, nearest(self.repository, entry_id))
         return row
 
     def document(self, row: RowT) -> dict[str, Any]:
@@ -123,7 +153,7 @@ class CatalogEntries(Generic[RowT]):
         self,
         entry_id: str,
         fields: dict[str, Any],
-        if_match: int | None,
+        if_match: Precondition | None,
         *,
         body_id: str | None = None,
     ) -> RowT:
@@ -139,7 +169,11 @@ class CatalogEntries(Generic[RowT]):
         return self._write(row, columns, if_match)
 
     def patch(
-        self, entry_id: str, patch: Mapping[str, Any], if_match: int | None, validate: Validator
+        self,
+        entry_id: str,
+        patch: Mapping[str, Any],
+        if_match: Precondition | None,
+        validate: Validator,
     ) -> RowT:
         """Apply a merge patch to the current entry; `validate` checks the merged document."""
         for _ in range(_PATCH_ATTEMPTS):
@@ -155,7 +189,7 @@ class CatalogEntries(Generic[RowT]):
                 self.session.expunge_all()
         raise Conflict(f"{self.repository.kind} {entry_id!r} kept changing; try again.")
 
-    def delete(self, entry_id: str, if_match: int | None) -> None:
+    def delete(self, entry_id: str, if_match: Precondition | None) -> None:
         row = self._current(entry_id, if_match)
         try:
             self.repository.delete(row)
@@ -170,16 +204,21 @@ class CatalogEntries(Generic[RowT]):
 
     # internals
 
-    def _current(self, entry_id: str, if_match: int | None) -> RowT:
+    def _current(self, entry_id: str, if_match: Precondition | None) -> RowT:
         row = self.repository.get_for_update(entry_id)
         if row is None:
-            raise self._not_found(entry_id)
-        if if_match is not None and if_match not in (ANY_VERSION, row.version):
+            raise self._not_found(entry_id, nearest(self.repository, entry_id))
+        if if_match is not None and not if_match.admits(row.version):
             raise self._stale(entry_id, row.version, if_match)
         return row
 
     def _write(
-        self, row: RowT, columns: dict[str, Any], if_match: int | None, *, retrying: bool = False
+        self,
+        row: RowT,
+        columns: dict[str, Any],
+        if_match: Precondition | None,
+        *,
+        retrying: bool = False,
     ) -> RowT:
         for name, value in columns.items():
             setattr(row, name, value)
@@ -203,12 +242,12 @@ class CatalogEntries(Generic[RowT]):
         )
 
     def _stale(
-        self, entry_id: str, current: int | None = None, expected: int | None = None
+        self, entry_id: str, current: int | None = None, expected: Precondition | None = None
     ) -> PreconditionFailed:
-        if current is not None:
+        if current is not None and expected is not None:
             detail = (
                 f"{self.repository.kind} {entry_id!r} is at version {current}, "
-                f"not {expected}: fetch it again and reapply your change."
+                f"not {expected.describe()}: fetch it again and reapply your change."
             )
         else:
             detail = (

@@ -67,14 +67,14 @@ class NotFound(DomainError):
 
 
 class GpuNotFound(NotFound):
-    def __init__(self, gpu_id: str) -> None:
-        super().__init__(f"No GPU with id {gpu_id!r} in the catalog.")
+    def __init__(self, gpu_id: str, hint: str = "") -> None:
+        super().__init__(f"No GPU with id {gpu_id!r} in the catalog{hint}.")
         self.gpu_id = gpu_id
 
 
 class ModelNotFound(NotFound):
-    def __init__(self, model_id: str) -> None:
-        super().__init__(f"No model with id {model_id!r} in the catalog.")
+    def __init__(self, model_id: str, hint: str = "") -> None:
+        super().__init__(f"No model with id {model_id!r} in the catalog{hint}.")
         self.model_id = model_id
 
 

@@ -130,7 +130,7 @@ def _offers(
             )
         efficiency = IDEAL_EFFICIENCY if query.efficiency == "ideal" else None
         offers.append(GpuOffer(cached.spec, price, efficiency))
-        versions[gpu_id] = cached.version
+        versions[cached.spec.id] = cached.version
     if not offers:
         field_name = "gpus" if explicit else "price_overrides"
         raise InvalidInput.at(field_name, "no GPU with a price to plan on")

@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.catalog.orm import GpuRow, ModelRow
+from app.catalog.repository import GpuRepository, ModelRepository
 from app.engine.specs import GpuSpec, ModelSpec, SpecError
 from app.services.catalog import gpu_spec_of, model_spec_of
 from app.services.errors import InvalidInput
+from app.services.lookup import find_entry, nearest, shown
 from app.services.specs import invalid_spec
 from app.services.validation import expected_error_pct
 
@@ -118,10 +119,13 @@ class SpecCache:
         )
 
     def invalidate(self, kind: str, entry_id: str) -> None:
-        """Drop the entry of `kind` (`gpu` or `model`) `entry_id`: its next use reads it again."""
+        """Drop the entry of `kind` (`gpu` or `model`) `entry_id`, under whatever name it was
+        asked for (an alias, a repository): its next use reads it again."""
         table: dict[str, Any] = self._gpus if kind == "gpu" else self._models
         with self._lock:
             self._drops += 1
+            for name in [n for n, (_, entry, _) in table.items() if entry.spec.id == entry_id]:
+                del table[name]
             table.pop(entry_id, None)
 
     # internals
@@ -151,9 +155,11 @@ class SpecCache:
 
 
 def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
-    row = session.get(GpuRow, gpu_id)
+    repository = GpuRepository(session)
+    row = find_entry(repository, gpu_id)
     if row is None:
-        raise InvalidInput.at(field, f"no GPU with id {gpu_id!r} in the catalog")
+        hint = nearest(repository, gpu_id)
+        raise InvalidInput.at(field, f"no GPU with id or device name {shown(gpu_id)}{hint}")
     try:
         spec = gpu_spec_of(row)
     except SpecError as error:
@@ -163,14 +169,18 @@ def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
         row.version,
         row.price_per_gpu_hour_usd,
         row.efficiency,
-        expected_error_pct(session, gpu_id, spec),
+        expected_error_pct(session, row.id, spec),
     )
 
 
 def _load_model(session: Session, model_id: str, field: str) -> CachedModel:
-    row = session.get(ModelRow, model_id)
+    repository = ModelRepository(session)
+    row = find_entry(repository, model_id)
     if row is None:
-        raise InvalidInput.at(field, f"no model with id {model_id!r} in the catalog")
+        hint = nearest(repository, model_id)
+        raise InvalidInput.at(
+            field, f"no model with id or Hugging Face repository {shown(model_id)}{hint}"
+        )
     try:
         spec = model_spec_of(row)
     except SpecError as error:

@@ -81,7 +81,7 @@ def resolve_model(
     422 naming `model` when the id is unknown or the architecture impossible."""
     if isinstance(model, str):
         cached = cache.model(model, "model")
-        return cached.spec, model, cached.version
+        return cached.spec, cached.spec.id, cached.version
     try:
         return model_spec_from_fields(model), INLINE, None
     except SpecError as error:
@@ -95,7 +95,7 @@ def resolve_gpu_spec(
     inline); a 422 naming `gpu` when the id is unknown or the figures impossible."""
     if isinstance(gpu, str):
         cached = cache.gpu(gpu, "gpu")
-        return cached.spec, gpu, cached
+        return cached.spec, cached.spec.id, cached
     try:
         return gpu_spec_from_fields(gpu), INLINE, None
     except SpecError as error:

@@ -14,6 +14,7 @@ from app.catalog.db import make_engine, make_session_factory
 from app.catalog.migrate import upgrade
 from app.catalog.orm import GpuRow
 from app.services import catalog
+from app.services.catalog import Precondition
 from app.services.errors import AlreadyExists, PreconditionFailed
 from app.settings import Settings
 from tests.api.catalog_helpers import new_model
@@ -95,7 +96,7 @@ def test_both_read_before_either_writes_on_sqlite(
                 catalog.gpu_entries(session).patch(
                     "l4-24gb",
                     {"tdp_watts": watts} | ({"price_note": name} if name == "a" else {}),
-                    1 if conditional else None,
+                    Precondition.at(1) if conditional else None,
                     lambda document: document,
                 )
                 session.commit()
@@ -147,10 +148,14 @@ def test_row_lock_queues_the_second_writer_on_postgres(
     def first() -> None:
         with factory() as session:
             entries = catalog.gpu_entries(session)
-            entries._current("l4-24gb", 1)  # take the row lock, as a patch does first
+            entries._current(
+                "l4-24gb", Precondition.at(1)
+            )  # take the row lock, as a patch does first
             first_holds.set()
             release_first.wait(10)
-            entries.patch("l4-24gb", {"tdp_watts": 71.0, "price_note": "a"}, 1, lambda d: d)
+            entries.patch(
+                "l4-24gb", {"tdp_watts": 71.0, "price_note": "a"}, Precondition.at(1), lambda d: d
+            )
             session.commit()
             outcomes["a"] = "won"
 
@@ -158,7 +163,10 @@ def test_row_lock_queues_the_second_writer_on_postgres(
         with factory() as session:
             try:
                 catalog.gpu_entries(session).patch(
-                    "l4-24gb", {"tdp_watts": 73.0}, 1 if conditional else None, lambda d: d
+                    "l4-24gb",
+                    {"tdp_watts": 73.0},
+                    Precondition.at(1) if conditional else None,
+                    lambda d: d,
                 )
                 second_read_done.set()
                 session.commit()

@@ -253,13 +253,31 @@ CASES = [
         headers={"If-Match": "seven"},
         problem_type="bad-etag",
     ),
-    Case(
+    Case(  # RFC 9110 13.1.1: If-Match compares strongly, so a weak tag never matches
         "weak etag",
         "PUT",
         "/v1/gpus/l4-24gb",
-        400,
+        412,
         _gpu(id="l4-24gb", aliases=[]),
         headers={"If-Match": 'W/"1"'},
+        problem_type="precondition-failed",
+    ),
+    Case(  # a well-formed entity-tag that names no version: 412, not 400
+        "etag naming no version",
+        "PATCH",
+        "/v1/gpus/l4-24gb",
+        412,
+        {"tdp_watts": 1},
+        headers={"If-Match": '"abc"'},
+        problem_type="precondition-failed",
+    ),
+    Case(
+        "etag null",
+        "PATCH",
+        "/v1/gpus/l4-24gb",
+        400,
+        {"tdp_watts": 1},
+        headers={"If-Match": "null"},
         problem_type="bad-etag",
     ),
     Case(

@@ -25,6 +25,21 @@ ROOT = Path(__file__).resolve().parents[2]
 WRITERS = 32
 ROUNDS = 10
 
+LONG_SIMULATION = {
+    "model": "llama-3-8b",
+    "gpu": "h100-sxm5-80gb",
+    "workload": {
+        "requests_per_s": 0.5,
+        "num_requests": 20_000,
+        "prompt_tokens": {"p50": 512, "p90": 512, "p99": 512},
+        "output_tokens": {"p50": 400, "p90": 400, "p99": 400},
+    },
+}
+SHORT_SIMULATION = {
+    **LONG_SIMULATION,
+    "workload": {**LONG_SIMULATION["workload"], "num_requests": 50},  # type: ignore[dict-item]
+}
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -163,22 +178,12 @@ def test_a_held_row_lock_is_a_503_busy_and_readiness_stays_fast(database: str) -
 def test_sigterm_ends_the_server_within_the_graceful_bound(database: str) -> None:
     """A request still running when SIGTERM comes (a long simulation) does not keep the
     process alive past RIDGELINE_GRACEFUL_SHUTDOWN_S."""
-    slow = {
-        "model": "llama-3-8b",
-        "gpu": "h100-sxm5-80gb",
-        "workload": {
-            "requests_per_s": 0.5,
-            "num_requests": 20_000,
-            "prompt_tokens": {"p50": 512, "p90": 512, "p99": 512},
-            "output_tokens": {"p50": 400, "p90": 400, "p99": 400},
-        },
-    }
     with served(database, graceful_shutdown_s="2") as (base, process):
 
         async def start_and_stop() -> float:
             async with httpx.AsyncClient(timeout=60) as client:
                 pending = asyncio.ensure_future(
-                    client.post(f"{base}/v1/simulations", json=slow, headers=AUTH)
+                    client.post(f"{base}/v1/simulations", json=LONG_SIMULATION, headers=AUTH)
                 )
                 await asyncio.sleep(1.0)
                 assert not pending.done()
@@ -192,3 +197,40 @@ def test_sigterm_ends_the_server_within_the_graceful_bound(database: str) -> Non
         stopped_after = asyncio.run(start_and_stop())
         assert process.poll() is not None
         assert stopped_after < 2.0 + 3.0
+
+
+@pytest.mark.slow
+def test_heavy_work_is_admitted_refused_and_cancelled(tmp_path: Path) -> None:
+    """One heavy-work process and no queue: a second simulation while one runs is a 429 with
+    Retry-After; a client that hangs up frees the process at once (its run is stopped), so the
+    next simulation is answered in about its own time, not after the abandoned one."""
+    url = f"sqlite:///{tmp_path / 'ridgeline.db'}"
+    upgrade(url)
+    reset_database(url)
+    with served(url, heavy_work_processes="1", heavy_work_queue="0") as (base, _):
+
+        async def scenario() -> None:
+            async with httpx.AsyncClient(timeout=60) as client:
+                first = asyncio.ensure_future(
+                    client.post(f"{base}/v1/simulations", json=LONG_SIMULATION, headers=AUTH)
+                )
+                await asyncio.sleep(1.0)
+                refused = await client.post(f"{base}/v1/simulations", json=SHORT_SIMULATION)
+                assert refused.status_code == 429, refused.text
+                assert refused.headers["content-type"] == "application/problem+json"
+                assert int(refused.headers["retry-after"]) >= 1
+                cheap = await client.get(f"{base}/v1/gpus/h100-sxm5-80gb")
+                assert cheap.status_code == 200
+                first.cancel()  # the client hangs up
+                await asyncio.sleep(0.5)
+            async with httpx.AsyncClient(timeout=60) as client:
+                started = time.perf_counter()
+                short = await client.post(f"{base}/v1/simulations", json=SHORT_SIMULATION)
+                assert short.status_code == 200, short.text
+                # The abandoned run had over 10 s to go; a new worker starts in about one.
+                assert time.perf_counter() - started < 6.0
+                metrics = (await client.get(f"{base}/metrics")).text
+                assert 'ridgeline_heavy_jobs_total{outcome="cancelled"} 1.0' in metrics
+                assert 'ridgeline_heavy_jobs_total{outcome="refused"} 1.0' in metrics
+
+        asyncio.run(scenario())

@@ -21,6 +21,7 @@ __all__ = [
     "ENTRY_ID",
     "ID_PATTERN",
     "MAX_BIGINT",
+    "MAX_NESTING",
     "MAX_SLO_MS",
     "MAX_TOKENS",
     "NO_NUL",
@@ -108,14 +109,29 @@ def _mentions_str(annotation: Any) -> bool:
     return annotation is str or any(_mentions_str(arg) for arg in get_args(annotation))
 
 
+MAX_NESTING = 32
+"""Deepest nesting of objects and arrays a request field may have (a config.json has 3)."""
+
+
 def _holds_nul(value: Any) -> bool:
-    """Whether `value`, or a string in it (list items, dict keys and values), holds a NUL."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, list | tuple):
-        return any(_holds_nul(item) for item in value)
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    """Whether `value`, or a string in it (list items, dict keys and values), holds a NUL;
+    `ValueError` when it nests deeper than `MAX_NESTING` (iterative: no recursion limit to hit
+    on a hostile body)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+            continue
+        if isinstance(item, list | tuple | dict):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"nests deeper than {MAX_NESTING} levels")
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
     return False
 
 
