@@ -12,9 +12,11 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app.api.docs_ui import install_docs
 from app.api.heavy import HeavyWork, HeavyWorkLimits
 from app.api.memo import ResponseMemo
 from app.api.middleware import HttpMetrics, ObservabilityMiddleware
+from app.api.openapi import install_openapi
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
     benchmark_runs,
@@ -107,6 +109,8 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         summary="Capacity planning for large-language-model inference.",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from the package's own assets: app.api.docs_ui
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.heavy_work = heavy
@@ -120,6 +124,8 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     app.include_router(calibrations.router)
     app.include_router(simulations.router)
     app.include_router(plans.router)
+    install_docs(app)
+    install_openapi(app)
     app.add_middleware(
         ObservabilityMiddleware,
         metrics=app.state.metrics,

@@ -13,9 +13,17 @@ Times are milliseconds of wall time on the device; token counts are tokens per s
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from app.engine.dtypes import DType
 from app.engine.specs import FfnType, ModelSpec, MoeSpec
@@ -40,7 +48,10 @@ __all__ = [
 SCHEMA_VERSION = 1
 INTERRUPTED_REASON = "interrupted"  # reason of the points a Ctrl-C left unmeasured
 
-_DOCUMENT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_DOCUMENT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+# Strict: numbers are never read from strings, nor booleans from numbers. What JSON can only
+# spell as text or arrays (enumerations, timestamps, tuples) converts: `Lax`.
+Lax = Strict(False)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveMs = Annotated[float, Field(gt=0)]
@@ -87,7 +98,9 @@ class RunPoint(BaseModel):
 
     model_config = _DOCUMENT
 
-    phase: Phase = Field(description="prefill: a whole prompt; decode: one step of every sequence.")
+    phase: Annotated[Phase, Lax] = Field(
+        description="prefill: a whole prompt; decode: one step of every sequence."
+    )
     prompt_tokens: PositiveInt | None = Field(
         default=None, description="Prefill: prompt length per sequence, tokens. Null at decode."
     )
@@ -206,7 +219,9 @@ class RunModelSpec(BaseModel):
     num_kv_heads: PositiveInt = Field(description="Key/value heads K; H must divide by K.")
     head_dim: PositiveInt = Field(description="Width of one attention head h.")
     intermediate_size: PositiveInt = Field(description="FFN width f.")
-    ffn_type: FfnType = Field(description="gated (SwiGLU, 3 matrices) or mlp (2 matrices).")
+    ffn_type: Annotated[FfnType, Lax] = Field(
+        description="gated (SwiGLU, 3 matrices) or mlp (2 matrices)."
+    )
     vocab_size: PositiveInt = Field(description="Vocabulary size V (embedding and LM head rows).")
     max_context_tokens: PositiveInt = Field(description="Longest sequence the model takes, tokens.")
     tie_word_embeddings: bool = Field(
@@ -248,7 +263,7 @@ class Environment(BaseModel):
         min_length=1,
         description="torch.cuda.get_device_name() (e.g. 'NVIDIA H200') or the CPU model.",
     )
-    device_kind: DeviceKind = Field(description="cuda or cpu.")
+    device_kind: Annotated[DeviceKind, Lax] = Field(description="cuda or cpu.")
     torch_version: str | None = Field(default=None, description="torch.__version__.")
     cuda_version: str | None = Field(
         default=None, description="CUDA runtime PyTorch was built with; null on CPU builds."
@@ -268,7 +283,7 @@ class Provenance(BaseModel):
 
     model_config = _DOCUMENT
 
-    kind: ProvenanceKind = Field(description="measured-by-job or published.")
+    kind: Annotated[ProvenanceKind, Lax] = Field(description="measured-by-job or published.")
     source: str | None = Field(
         default=None,
         min_length=1,
@@ -291,7 +306,7 @@ class Microbenchmarks(BaseModel):
     matmul_flops_per_s: float = Field(
         gt=0, description="Dense matrix-multiply rate in the run's dtype, 2*m*n*k FLOP per product."
     )
-    matmul_shape: tuple[PositiveInt, PositiveInt, PositiveInt] = Field(
+    matmul_shape: Annotated[tuple[PositiveInt, PositiveInt, PositiveInt], Lax] = Field(
         description="[m, n, k] of the timed product (m x k times k x n)."
     )
     copy_bytes_per_s: float = Field(
@@ -300,25 +315,94 @@ class Microbenchmarks(BaseModel):
     copy_bytes: PositiveInt = Field(description="Size of the copied buffer, bytes (read once).")
 
 
+_EXAMPLE: dict[str, Any] = {
+    "schema_version": 1,
+    "id": None,
+    "created_at": "2026-11-29T00:00:00Z",
+    "environment": {
+        "device_name": "NVIDIA A100-SXM4-80GB",
+        "device_kind": "cuda",
+        "torch_version": None,
+        "cuda_version": None,
+        "driver_version": None,
+        "host": None,
+        "python_version": None,
+        "num_devices": 1,
+    },
+    "gpu": "a100-sxm4-80gb",
+    "model": {
+        "id": "llama-3-8b",
+        "num_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "ffn_type": "gated",
+        "vocab_size": 128256,
+        "max_context_tokens": 131072,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "moe": None,
+    },
+    "dtype": "bf16",
+    "tp": 1,
+    "attention_backend": "flash",
+    "provenance": {
+        "kind": "published",
+        "source": "Your own measurement: where and how it was taken",
+        "note": "two points of an A100 SXM4 80GB prefill table",
+    },
+    "points": [
+        {
+            "phase": "prefill",
+            "prompt_tokens": 1024,
+            "batch_size": 1,
+            "context_tokens": None,
+            "median_ms": 81.0,
+            "p10_ms": 81.0,
+            "p90_ms": 81.0,
+            "repeats": 1,
+            "skipped": None,
+        },
+        {
+            "phase": "prefill",
+            "prompt_tokens": 10240,
+            "batch_size": 1,
+            "context_tokens": None,
+            "median_ms": 832.0,
+            "p10_ms": 832.0,
+            "p90_ms": 832.0,
+            "repeats": 1,
+            "skipped": None,
+        },
+    ],
+    "microbenchmarks": None,
+}
+"""A small published run: what `POST /v1/benchmark-runs` shows in Swagger UI."""
+
+
 class RunDocument(BaseModel):
     """One benchmark run: where, what architecture, which points, and how fast."""
 
-    model_config = _DOCUMENT
+    model_config = ConfigDict(**_DOCUMENT, json_schema_extra={"examples": [_EXAMPLE]})
 
     schema_version: int = Field(description="Document format version; this service reads 1.")
     id: str | None = Field(default=None, description="Assigned by the service; null on upload.")
-    created_at: AwareDatetime = Field(description="When the run started, ISO 8601 in UTC.")
+    created_at: Annotated[AwareDatetime, Lax] = Field(
+        description="When the run started, ISO 8601 in UTC."
+    )
     environment: Environment = Field(description="Device and software the run used.")
     gpu: str | None = Field(
         default=None,
         description="GPU catalog id (matched by alias or given with --gpu); null when unknown.",
     )
     model: RunModelSpec = Field(description="The exact architecture that ran.")
-    dtype: DType = Field(description="Format of weights, activations and KV cache.")
+    dtype: Annotated[DType, Lax] = Field(description="Format of weights, activations and KV cache.")
     tp: int = Field(
         default=1, ge=1, le=1024, description="Tensor-parallel degree (the job runs 1)."
     )
-    attention_backend: AttentionBackend | None = Field(
+    attention_backend: Annotated[AttentionBackend, Lax] | None = Field(
         default=None, description="SDPA kernel the run used; null when not known."
     )
     provenance: Provenance = Field(description="Who measured or published the figures.")

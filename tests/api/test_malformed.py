@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.route_table import template_of
 from app.settings import Settings
 from tests.api.catalog_helpers import new_gpu, new_model, snapshot
 from tests.conftest import AUTH
@@ -398,6 +399,12 @@ def test_refused_and_nothing_written(client: TestClient, settings: Settings, cas
     if case.error_field is not None:
         assert case.error_field in [error["field"] for error in problem["errors"]], problem
     assert snapshot(settings.database_url) == before
+    # ... and the status is one the OpenAPI document declares for the operation.
+    template = template_of(client.app, case.path)
+    assert template is not None
+    operation = client.app.openapi()["paths"][template].get(case.method.lower())
+    if operation is not None:  # a 405 has no operation to declare it
+        assert str(case.status) in operation["responses"], (template, case.method, case.status)
 
 
 def test_there_are_at_least_25_distinct_cases() -> None:

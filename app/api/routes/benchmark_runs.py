@@ -33,7 +33,11 @@ from app.services.validation import RunValidation, validate_run
 
 router = APIRouter(prefix="/v1", tags=["benchmark runs"])
 
-_RUN_ID = Path(pattern=ID_PATTERN, description="Benchmark run id.")
+_RUN_ID = Path(
+    pattern=ID_PATTERN,
+    description="Benchmark run id.",
+    examples=["ref-seed000-a100-sxm4-80gb-llama-3-8b"],
+)
 
 
 def _read(row: BenchmarkRunRow) -> BenchmarkRunRead:

@@ -33,7 +33,7 @@ from app.services.calibration import (
 
 router = APIRouter(prefix="/v1", tags=["calibrations"])
 
-_GPU_ID = Path(pattern=ID_PATTERN, description="GPU catalog id.")
+_GPU_ID = Path(pattern=ID_PATTERN, description="GPU catalog id.", examples=["a100-sxm4-80gb"])
 _CALIBRATION_ID = Path(pattern=ID_PATTERN, description="Calibration id.")
 
 

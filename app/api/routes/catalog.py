@@ -23,13 +23,12 @@ from app.api.deps import (
     read_in_session,
     write_in_session,
 )
-from app.api.schemas.common import ID_PATTERN, Output, problem_responses
+from app.api.schemas.common import ID_PATTERN, NO_NUL, Output, problem_responses
 from app.catalog.orm import CatalogEntry
 from app.services.catalog import CatalogEntries
 
 __all__ = ["add_item_routes", "entry_response", "writable_fields"]
 
-_ID_PATH = Path(pattern=ID_PATTERN, description="Catalog id.")
 _WRITE_PROBLEMS = problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422)
 
 
@@ -64,10 +63,18 @@ def add_item_routes(
     create_schema: type[BaseModel],
     patch_schema: type[BaseModel],
     read_schema: type[Output],
+    example_id: str,
 ) -> None:
     """Register `POST collection` and `GET/PUT/PATCH/DELETE collection/{id}` on `router`."""
     item_path = collection_path + "/{entry_id}"
     fields_of = writable_fields(fields_schema)
+    # The examples name the entry the POST example creates, so Swagger UI's examples work in
+    # order: create, read, replace, patch, delete.
+    id_path = Path(pattern=ID_PATTERN, description="Catalog id.", examples=[example_id])
+    # A read looks up any name: a near miss (`llama-3-8B`) is a 404 naming the nearest ids.
+    lookup_path = Path(
+        pattern=NO_NUL, max_length=200, description="Catalog id.", examples=[example_id]
+    )
 
     def read(row: CatalogEntry) -> BaseModel:
         return read_schema.from_row(row)
@@ -76,11 +83,11 @@ def add_item_routes(
         item_path,
         response_model=read_schema,
         summary=f"Get a {noun}",
-        responses=problem_responses(404),
+        responses=problem_responses(404) | {304: {"description": "Not modified."}},
         name=f"get_{noun}",
     )
     async def get_entry(
-        entry_id: Annotated[str, _ID_PATH],
+        entry_id: Annotated[str, lookup_path],
         request: Request,
         if_none_match: Annotated[
             str | None, Header(description="An ETag you hold: 304 while it is current.")
@@ -127,7 +134,7 @@ def add_item_routes(
         name=f"replace_{noun}",
     )
     async def replace_entry(
-        entry_id: Annotated[str, _ID_PATH],
+        entry_id: Annotated[str, id_path],
         body: Annotated[create_schema, Body()],  # type: ignore[valid-type]
         request: Request,
         if_match: IfMatchDep,
@@ -155,7 +162,7 @@ def add_item_routes(
         name=f"patch_{noun}",
     )
     async def patch_entry(
-        entry_id: Annotated[str, _ID_PATH],
+        entry_id: Annotated[str, id_path],
         body: Annotated[patch_schema, Body()],  # type: ignore[valid-type]
         request: Request,
         if_match: IfMatchDep,
@@ -177,7 +184,7 @@ def add_item_routes(
         name=f"delete_{noun}",
     )
     async def delete_entry(
-        entry_id: Annotated[str, _ID_PATH],
+        entry_id: Annotated[str, id_path],
         request: Request,
         if_match: IfMatchDep,
         _key: ApiKeyDep,

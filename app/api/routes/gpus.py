@@ -58,4 +58,5 @@ add_item_routes(
     create_schema=GpuCreate,
     patch_schema=GpuPatch,
     read_schema=GpuRead,
+    example_id="a40-48gb",
 )

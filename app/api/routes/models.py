@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Query, Request, Response, status
 
 from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, read_json, write_in_session
 from app.api.routes.catalog import add_item_routes, entry_response, writable_fields
-from app.api.schemas.common import ENTRY_ID, MAX_BIGINT, NO_NUL, Page, problem_responses
+from app.api.schemas.common import ID_PATTERN, MAX_BIGINT, NO_NUL, Page, problem_responses
 from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
 from app.services.catalog import list_models, model_entries
 from app.services.hf_import import import_hf_config
@@ -69,7 +69,15 @@ async def list_models_route(
     responses=problem_responses(400, 401, 403, 409, 413, 415, 422),
 )
 async def import_model(
-    entry_id: Annotated[ENTRY_ID, Query(alias="id")],
+    entry_id: Annotated[
+        str,
+        Query(
+            alias="id",
+            pattern=ID_PATTERN,
+            description="The new entry's catalog id.",
+            examples=["llama-3-8b-imported"],
+        ),
+    ],
     config: Annotated[
         dict[str, Any],
         Body(
@@ -122,4 +130,5 @@ add_item_routes(
     create_schema=ModelCreate,
     patch_schema=ModelPatch,
     read_schema=ModelRead,
+    example_id="mistral-nemo-12b",
 )

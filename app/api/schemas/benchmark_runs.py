@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from app.api.schemas.common import ID_PATTERN, Input, Output, Page
+from app.api.schemas.common import ID_PATTERN, Input, Lax, Output, Page
 from app.api.schemas.gpus import EfficiencyValues
 from app.bench.schema import Phase, RunDocument
 from app.engine.calibration import ALL_PARAMETERS, FitParameter
@@ -131,13 +131,24 @@ class RunValidationRead(Output):
 class CalibrationCreate(Input):
     """Which runs to fit, and which efficiency values to fit to them."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "run_ids": ["ref-seed000-a100-sxm4-80gb-llama-3-8b"],
+                    "parameters": ["gemm", "attention"],
+                }
+            ]
+        }
+    )
+
     run_ids: list[RUN_ID] = Field(
         min_length=1,
         max_length=100,
         description="Runs measured on this GPU (their `gpu` is its id) or on a device outside "
         "the catalog (`gpu` null).",
     )
-    parameters: list[FitParameter] = Field(
+    parameters: list[Annotated[FitParameter, Lax]] = Field(
         default_factory=lambda: list(ALL_PARAMETERS),
         min_length=1,
         max_length=len(ALL_PARAMETERS),

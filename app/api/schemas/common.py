@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationInfo,
     create_model,
     field_validator,
@@ -18,6 +19,7 @@ from pydantic import (
 from app.services.pages import Page as ServicePage
 
 __all__ = [
+    "CATALOG_REF",
     "ENTRY_ID",
     "ID_PATTERN",
     "MAX_BIGINT",
@@ -28,6 +30,7 @@ __all__ = [
     "NUL_MESSAGE",
     "FieldError",
     "Input",
+    "Lax",
     "MemoryShare",
     "Output",
     "Page",
@@ -61,6 +64,20 @@ Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 """Every id the service names things by: catalog entries, runs, calibrations."""
 
+CATALOG_REF = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=200,
+        description=(
+            "A catalog id (`llama-3-8b`), or another name of the entry: a GPU's device name "
+            "(`NVIDIA H100 80GB HBM3`), a model's Hugging Face repository "
+            "(`meta-llama/Meta-Llama-3-8B`)."
+        ),
+    ),
+]
+"""How a request names a catalog entry."""
+
 ENTRY_ID = Annotated[
     str,
     Field(
@@ -71,11 +88,18 @@ ENTRY_ID = Annotated[
 ]
 
 
-class Input(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped, and no text
-    holds a NUL character (PostgreSQL cannot store one, and no name needs one)."""
+Lax = Strict(False)
+"""Marks a field of an `Input` that takes its value by conversion: enumerations and tuples,
+which JSON spells as strings and arrays. Every other field of a request is strict."""
 
-    model_config = ConfigDict(extra="forbid")
+
+class Input(BaseModel):
+    """Base of request bodies: unknown fields are an error, not silently dropped; values are
+    never coerced (`"causal": 0`, `"overhead_ms": false`, `"tp": "2"` are 422s: `strict`, with
+    enumerations and tuples marked `Lax`); and no text holds a NUL character (PostgreSQL cannot
+    store one, and no name needs one)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     @field_validator("*")
     @classmethod
@@ -215,9 +239,12 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def merge_patch_model(fields_model: type[BaseModel], name: str) -> type[BaseModel]:
+def merge_patch_model(
+    fields_model: type[BaseModel], name: str, example: dict[str, Any] | None = None
+) -> type[BaseModel]:
     """The schema of a JSON merge patch (RFC 7396) of `fields_model`: every field optional, null
-    to remove it, nested objects partial (the merged document is validated in full)."""
+    to remove it, nested objects partial (the merged document is validated in full), with
+    `example` as the body Swagger UI offers."""
     definitions: dict[str, Any] = {}
     for field_name, info in fields_model.model_fields.items():
         annotation: Any = info.annotation
@@ -228,9 +255,13 @@ def merge_patch_model(fields_model: type[BaseModel], name: str) -> type[BaseMode
             annotation | None,
             Field(default=None, description=info.description),
         )
+    base: type[BaseModel] = Input
+    if example is not None:
+        config = ConfigDict(json_schema_extra={"examples": [example]})
+        base = type(f"_{name}Base", (Input,), {"model_config": config, "__doc__": Input.__doc__})
     model: type[BaseModel] = create_model(
         name,
-        __base__=Input,
+        __base__=base,
         __doc__=f"A JSON merge patch of a {fields_model.__name__.removesuffix('Fields')}: fields "
         "present replace, nested objects merge, null removes.",
         **definitions,

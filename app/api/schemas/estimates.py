@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.schemas.common import MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
+from app.api.schemas.common import CATALOG_REF, MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
 from app.api.schemas.gpus import GpuHardware
 from app.api.schemas.models import ModelArchitecture
 from app.api.schemas.targets import (
@@ -115,6 +115,12 @@ class EstimateResponse(BaseModel):
 
 
 class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}]
+        }
+    )
+
     prompt_tokens: Tokens = Field(description="Prompt length.", examples=[4096])
     batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
@@ -149,6 +155,18 @@ class PrefillResponse(EstimateResponse):
 
 
 class PrefillCurveRequest(TargetRequest, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3.1-8b",
+                    "gpu": "a100-sxm4-80gb",
+                    "prompt_tokens": [1024, 10240, 51200, 102400, 131072],
+                }
+            ]
+        }
+    )
+
     prompt_tokens: list[Tokens] = Field(
         min_length=1,
         max_length=_MAX_CURVE_POINTS,
@@ -196,6 +214,20 @@ class PrefillCurveResponse(EstimateResponse):
 
 
 class DecodeRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-70b",
+                    "gpu": "h100-sxm5-80gb",
+                    "tp": 4,
+                    "batch_size": 64,
+                    "context_tokens": 4096,
+                }
+            ]
+        }
+    )
+
     batch_size: DecodeBatch = Field(description="Sequences decoding together.", examples=[8])
     context_tokens: Tokens = Field(
         description="Each sequence's context (prompt and tokens so far).", examples=[4096]
@@ -230,6 +262,20 @@ class DecodeResponse(EstimateResponse):
 
 
 class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "prompt_tokens": 2048,
+                    "output_tokens": 256,
+                    "batch_size": 16,
+                }
+            ]
+        }
+    )
+
     prompt_tokens: Tokens = Field(description="Prompt length.", examples=[2048])
     output_tokens: Tokens = Field(
         description="Tokens generated, the first included.", examples=[256]
@@ -258,6 +304,14 @@ class RequestResponse(EstimateResponse):
 
 
 class BatchCeilingRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "llama-3-70b", "gpu": "h100-sxm5-80gb", "tp": 4, "context_tokens": 8192}
+            ]
+        }
+    )
+
     context_tokens: Tokens = Field(
         description="Tokens each sequence holds at its longest (prompt + output).", examples=[4096]
     )
@@ -327,6 +381,23 @@ class BatchCeilingResponse(EstimateResponse):
 
 
 class TpFeasibilityRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-70b",
+                    "gpu": "h100-sxm5-80gb",
+                    "tp_candidates": [1, 2, 4, 8],
+                    "prompt_tokens": 2048,
+                    "context_tokens": 4096,
+                    "batch_size": 32,
+                    "ttft_slo_ms": 1000,
+                    "tpot_slo_ms": 50,
+                }
+            ]
+        }
+    )
+
     tp_candidates: list[int] = Field(
         default=[1, 2, 4, 8, 16],
         min_length=1,
@@ -419,6 +490,21 @@ class TpFeasibilityResponse(EstimateResponse):
 
 
 class ChunkSizeRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3.1-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "itl_slo_ms": 50,
+                    "decode_batch_size": 64,
+                    "decode_context_tokens": 2048,
+                    "long_prompt_tokens": 32768,
+                }
+            ]
+        }
+    )
+
     itl_slo_ms: float = Field(
         gt=0,
         le=60_000,
@@ -498,10 +584,24 @@ class ChunkSizeResponse(EstimateResponse):
 
 
 class RooflineRequest(DeploymentFields):
-    gpu: str | GpuHardware = Field(
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "gpu": "h100-sxm5-80gb",
+                    "model": "llama-3-8b",
+                    "prompt_tokens": 2048,
+                    "context_tokens": 4096,
+                    "batch_size": 32,
+                }
+            ]
+        }
+    )
+
+    gpu: CATALOG_REF | GpuHardware = Field(
         description="A catalog GPU id, or inline hardware figures.", examples=["a100-sxm4-80gb"]
     )
-    model: str | ModelArchitecture | None = Field(
+    model: CATALOG_REF | ModelArchitecture | None = Field(
         default=None, description="A catalog model id or inline architecture, to place its phases."
     )
     prompt_tokens: Tokens = Field(

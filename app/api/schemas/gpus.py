@@ -6,9 +6,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from app.api.schemas.common import ENTRY_ID, Input, Output, SourceRef, merge_patch_model
+from app.api.schemas.common import ENTRY_ID, Input, Lax, Output, SourceRef, merge_patch_model
 from app.engine.calibration import MIN_FRACTION
 
 __all__ = [
@@ -74,7 +74,9 @@ class PeakFlops(Input):
 class InterconnectFields(Input):
     """The link tensor parallelism talks over."""
 
-    kind: InterconnectKind = Field(description="Link technology.", examples=["nvlink4"])
+    kind: Annotated[InterconnectKind, Lax] = Field(
+        description="Link technology.", examples=["nvlink4"]
+    )
     bandwidth_bytes_per_s: float = Field(
         ge=MIN_RATE,
         le=100 * _TB,
@@ -210,10 +212,56 @@ class GpuFields(GpuHardware):
 class GpuCreate(GpuFields):
     """A new GPU (POST), or every writable field of one (PUT; `id` must match the path)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "a40-48gb",
+                    "name": "NVIDIA A40",
+                    "vendor": "nvidia",
+                    "architecture": "ampere",
+                    "form_factor": "pcie",
+                    "memory_bytes": 48000000000,
+                    "memory_type": "GDDR6",
+                    "memory_bandwidth_bytes_per_s": 696000000000.0,
+                    "peak_flops_per_s": {
+                        "fp32": 37400000000000.0,
+                        "tf32": 74800000000000.0,
+                        "bf16": 149700000000000.0,
+                        "fp16": 149700000000000.0,
+                        "int8": 299300000000000.0,
+                    },
+                    "interconnect": {"kind": "pcie4", "bandwidth_bytes_per_s": 64000000000.0},
+                    "tdp_watts": 300,
+                    "aliases": ["NVIDIA A40"],
+                    "price_per_gpu_hour_usd": 0.44,
+                    "price_note": "an example price: set your own provider's",
+                    "sources": [
+                        {
+                            "title": "NVIDIA A40 datasheet",
+                            "url": "https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf",
+                            "covers": [
+                                "memory_bytes",
+                                "memory_bandwidth_bytes_per_s",
+                                "peak_flops_per_s",
+                                "tdp_watts",
+                            ],
+                            "note": "dense tensor-core figures (sparse ones halved)",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
     id: ENTRY_ID
 
 
-GpuPatch = merge_patch_model(GpuFields, "GpuPatch")
+GpuPatch = merge_patch_model(
+    GpuFields,
+    "GpuPatch",
+    example={"price_per_gpu_hour_usd": 2.49, "price_note": "our negotiated rate, 2026-12"},
+)
 
 
 class GpuRead(GpuFields, Output):

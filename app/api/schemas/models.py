@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from app.api.schemas.common import ENTRY_ID, Input, Output, SourceRef, merge_patch_model
+from app.api.schemas.common import ENTRY_ID, Input, Lax, Output, SourceRef, merge_patch_model
 from app.engine.specs import FfnType
 
 __all__ = [
@@ -56,7 +57,9 @@ class ModelArchitecture(Input):
     intermediate_size: int = Field(
         gt=0, le=2**20, description="FFN width `f` of dense layers.", examples=[14336]
     )
-    ffn_type: FfnType = Field(description="`gated` (SwiGLU, 3 matrices) or `mlp` (2 matrices).")
+    ffn_type: Annotated[FfnType, Lax] = Field(
+        description="`gated` (SwiGLU, 3 matrices) or `mlp` (2 matrices)."
+    )
     vocab_size: int = Field(gt=0, le=2**22, description="Vocabulary `V`.", examples=[128256])
     max_context_tokens: int = Field(
         gt=0, le=2**24, description="Longest context the model takes.", examples=[8192]
@@ -92,10 +95,38 @@ class ModelFields(ModelArchitecture):
 class ModelCreate(ModelFields):
     """A new model (POST), or every writable field of one (PUT; `id` must match the path)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "mistral-nemo-12b",
+                    "name": "Mistral NeMo 12B",
+                    "family": "mistral",
+                    "hf_repo": "mistralai/Mistral-Nemo-Base-2407",
+                    "num_layers": 40,
+                    "hidden_size": 5120,
+                    "num_attention_heads": 32,
+                    "num_kv_heads": 8,
+                    "head_dim": 128,
+                    "intermediate_size": 14336,
+                    "ffn_type": "gated",
+                    "vocab_size": 131072,
+                    "max_context_tokens": 131072,
+                    "sources": [
+                        {
+                            "title": "config.json",
+                            "url": "https://huggingface.co/mistralai/Mistral-Nemo-Base-2407/blob/main/config.json",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
     id: ENTRY_ID
 
 
-ModelPatch = merge_patch_model(ModelFields, "ModelPatch")
+ModelPatch = merge_patch_model(ModelFields, "ModelPatch", example={"max_context_tokens": 65536})
 
 
 class ModelRead(ModelFields, Output):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.schemas.common import ENTRY_ID, Input, Page
+from app.api.schemas.common import CATALOG_REF, ENTRY_ID, Input, Page
 from app.api.schemas.models import ModelArchitecture
 from app.api.schemas.simulations import MAX_REQUESTS, LengthDistribution, TraceRow
-from app.api.schemas.targets import StorageFormat
+from app.api.schemas.targets import Format, StorageFormat
 from app.catalog.plans import PlanRow
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
@@ -108,11 +108,29 @@ class Slo(Input):
 
 
 class PlanRequest(Input):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "traffic": {
+                        "requests_per_s": 10.0,
+                        "prompt_tokens": {"p50": 2048, "p90": 2048, "p99": 2048},
+                        "output_tokens": {"p50": 256, "p90": 256, "p99": 256},
+                    },
+                    "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+                    "gpus": ["h100-sxm5-80gb", "a100-sxm4-80gb"],
+                    "tp_candidates": [1, 2],
+                }
+            ]
+        }
+    )
+
     """What to plan: a model, its traffic and SLOs, and the candidates to consider. The work one
     plan may demand is bounded: in candidates (see `gpus`) and in simulated steps (see
     `probe_requests`)."""
 
-    model: str | ModelArchitecture = Field(
+    model: CATALOG_REF | ModelArchitecture = Field(
         description="A catalog model id, or an inline architecture.", examples=["llama-3-8b"]
     )
     traffic: Traffic = Field(description="The traffic to carry.")
@@ -136,13 +154,13 @@ class PlanRequest(Input):
         max_length=8,
         description="Tensor-parallel degrees to consider (each at least 1).",
     )
-    weight_dtypes: list[StorageFormat] = Field(
+    weight_dtypes: list[Format] = Field(
         default=[StorageFormat.BF16, StorageFormat.FP8],
         min_length=1,
         max_length=6,
         description="Weight formats to consider.",
     )
-    kv_dtypes: list[StorageFormat] | None = Field(
+    kv_dtypes: list[Format] | None = Field(
         default=None,
         min_length=1,
         max_length=6,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.api.schemas.common import Input
+from app.api.schemas.common import Input, Lax
 from app.api.schemas.targets import TargetEcho, TargetRequest, echo
 from app.engine.simulator import Percentiles
 from app.services.simulations import (
@@ -40,10 +40,13 @@ _WORK_LIMIT = (
 )
 _MAX_TOKENS = 2**24
 
-TraceRow = tuple[
-    Annotated[float, Field(ge=0, le=MAX_ARRIVAL_S, allow_inf_nan=False)],
-    Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
-    Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
+TraceRow = Annotated[
+    tuple[
+        Annotated[float, Field(ge=0, le=MAX_ARRIVAL_S, allow_inf_nan=False)],
+        Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
+        Annotated[int, Field(ge=1, le=_MAX_TOKENS)],
+    ],
+    Lax,
 ]
 """(arrival_s, prompt_tokens, output_tokens): a JSON array of three numbers. Arrivals at most
 1e9 s (float64 still resolves them to 0.1 us); lengths within the model's context."""
@@ -182,6 +185,25 @@ class SimulationSlo(Input):
 
 class SimulationRequest(TargetRequest):
     """A model on a GPU, its scheduler, and what it serves: a `workload` or a `trace`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "scheduler": {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
+                    "workload": {
+                        "requests_per_s": 8.0,
+                        "num_requests": 2000,
+                        "prompt_tokens": {"p50": 1024, "p90": 3000, "p99": 6000},
+                        "output_tokens": {"p50": 200, "p90": 500, "p99": 1000},
+                    },
+                    "slo": {"ttft_ms": 1000, "tpot_ms": 50},
+                }
+            ]
+        }
+    )
 
     seed: int = Field(
         default=0, ge=0, le=2**63 - 1, description="Same seed, same requests, same result."

@@ -4,11 +4,11 @@ and the echo of it every estimate response carries."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas.common import Input
+from app.api.schemas.common import CATALOG_REF, Input, Lax
 from app.api.schemas.gpus import EfficiencyFractions, EfficiencyValues, GpuHardware
 from app.api.schemas.models import ModelArchitecture
 from app.services.targets import Target
@@ -17,6 +17,7 @@ __all__ = [
     "DeploymentFields",
     "EfficiencyOverride",
     "EfficiencyUsed",
+    "Format",
     "StorageFormat",
     "TargetEcho",
     "TargetRequest",
@@ -36,6 +37,10 @@ class StorageFormat(StrEnum):
     FP4 = "fp4"
 
 
+Format = Annotated[StorageFormat, Lax]
+"""A storage format in a request (`"bf16"`)."""
+
+
 class EfficiencyOverride(EfficiencyFractions):
     """Efficiencies for a what-if, instead of the GPU's calibration."""
 
@@ -49,11 +54,11 @@ class DeploymentFields(Input):
     """How the model is deployed: its tensor-parallel degree and storage formats."""
 
     tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.", examples=[1])
-    weight_dtype: StorageFormat = Field(
+    weight_dtype: Format = Field(
         default=StorageFormat.BF16,
         description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
     )
-    kv_dtype: StorageFormat = Field(default=StorageFormat.BF16, description="KV-cache format.")
+    kv_dtype: Format = Field(default=StorageFormat.BF16, description="KV-cache format.")
 
     def deployment_kwargs(self) -> dict[str, Any]:
         return {
@@ -67,11 +72,11 @@ class TargetRequest(DeploymentFields):
     """Which model, on which GPU, deployed how, timed how. Each estimate request adds its
     workload fields to these."""
 
-    model: str | ModelArchitecture = Field(
+    model: CATALOG_REF | ModelArchitecture = Field(
         description="A catalog model id, or an inline architecture for a what-if.",
         examples=["llama-3-8b"],
     )
-    gpu: str | GpuHardware = Field(
+    gpu: CATALOG_REF | GpuHardware = Field(
         description="A catalog GPU id, or inline hardware figures for a what-if.",
         examples=["h100-sxm5-80gb"],
     )
