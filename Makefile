@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
 
-.PHONY: help run install install-dev test lint format typecheck openapi bench-api bench-estimates bench-simulator bench-plans clean
+.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans clean
 
 help:
 	@echo "make run      set up, migrate, load the catalog and serve on http://$(HOST):$(PORT) (docs at /docs)"
@@ -24,14 +24,24 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+# Exact versions from the lock files (requirements/*.lock, made by `make lock`); pyproject.toml
+# keeps the lower bounds.
+$(VENV)/.installed: pyproject.toml requirements/service.lock | $(BIN)/python
+	$(BIN)/pip install --quiet --requirement requirements/service.lock
+	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml requirements/dev.lock requirements/bench.lock | $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/pip install --quiet --requirement requirements/dev.lock --requirement requirements/bench.lock
+	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@ $(VENV)/.installed
+
+# Re-resolve the lock files from pyproject.toml (needs uv: pip install uv).
+lock:
+	uv pip compile pyproject.toml --python-version 3.11 -o requirements/service.lock
+	uv pip compile pyproject.toml --python-version 3.11 --extra dev -o requirements/dev.lock
+	uv pip compile requirements/bench.in --python-version 3.11 -o requirements/bench.lock
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev

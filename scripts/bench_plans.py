@@ -2,7 +2,7 @@
 8 GPUs x TP {1, 2, 4, 8} x 2 formats under 3 s; 100,000 simulated requests under 2 s).
 
 The case is issue 5's: Llama-3-8B, 10 requests/s, prompts p50/p90/p99 = 2048/3072/4096 tokens,
-outputs 256/384/512, TTFT p99 1 s, TPOT p99 50 ms, 20 % headroom, on the eight GPUs DESIGN.md
+outputs 256/384/512, TTFT p99 1 s, TPOT p99 50 ms, 20 % headroom, on the eight GPUs the API contract
 names, with their bundled calibrations and prices, and the planner's default scheduler choices
 (max_num_seqs 256; chunks of 512 and 2048 tokens): 128 candidates, reported as 120 (a deployment
 that is impossible whatever the scheduler, fp8 on an A100, is one entry, not two). It is timed in

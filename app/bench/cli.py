@@ -47,6 +47,13 @@ from app.bench.schema import DeviceKind, RunDocument, RunModelSpec
 from app.bench.upload import UploadError, upload_run
 from app.engine.dtypes import DType
 
+MISSING_EXTRA = (
+    "needs PyTorch and tqdm, the bench extra. On a GPU node: pip install '.[bench]'. On a "
+    "CPU-only machine, first the CPU build of PyTorch (a few hundred MB instead of several GB "
+    "of CUDA wheels): pip install torch --index-url https://download.pytorch.org/whl/cpu, then "
+    "pip install '.[bench]'"
+)
+
 __all__ = [
     "BenchOptions",
     "interrupt_on_termination",
@@ -274,10 +281,12 @@ def run(
         _say(f"ridgeline-bench: {error}")
         return EXIT_USAGE
     try:
+        import tqdm  # noqa: F401, PLC0415 - the progress bar's: checked before any work
+
         from app.bench import device as torch_side  # noqa: PLC0415 - PyTorch only from here on
         from app.bench.environment import collect_environment  # noqa: PLC0415
     except ImportError as error:
-        _say(f"ridgeline-bench: needs PyTorch ({error}); install the extra: pip install '.[bench]'")
+        _say(f"ridgeline-bench: {MISSING_EXTRA} ({error})")
         return EXIT_USAGE
     if options.threads is not None:
         torch_side.set_cpu_threads(options.threads)

@@ -25,8 +25,6 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Protocol
 
-from tqdm import tqdm
-
 from app.bench.config import BenchConfig, PointPlan, plan_points
 from app.bench.memory import interrupted_during, is_out_of_memory, out_of_memory_error
 from app.bench.schema import (
@@ -188,6 +186,8 @@ def run_benchmark(
     interrupted = False
     failure: str | None = None
     stage = "microbenchmarks"
+    from tqdm import tqdm  # noqa: PLC0415 - the bench extra's; `--help` works without it
+
     bar = tqdm(
         total=len(plans),
         file=sys.stderr,

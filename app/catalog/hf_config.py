@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.dtypes import DType
 from app.engine.specs import FfnType, ModelSpec, MoeSpec, SpecError
 
 __all__ = [
@@ -95,6 +96,9 @@ class HfModelFields:
     tie_word_embeddings: bool
     attention_bias: bool
     moe: dict[str, int] | None
+    checkpoint_dtype: str = "bf16"
+    notes: tuple[str, ...] = ()
+    """What the config declares that the catalog does not model, and what that means."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a catalog entry's architecture keys (JSON-ready; `moe` copied)."""
@@ -112,6 +116,7 @@ class HfModelFields:
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.attention_bias,
             "moe": dict(self.moe) if self.moe is not None else None,
+            "checkpoint_dtype": self.checkpoint_dtype,
         }
 
     def to_model_spec(self, model_id: str = "inline") -> ModelSpec:
@@ -129,6 +134,7 @@ class HfModelFields:
             tie_word_embeddings=self.tie_word_embeddings,
             attention_bias=self.attention_bias,
             moe=MoeSpec(**self.moe) if self.moe is not None else None,
+            checkpoint_dtype=DType(self.checkpoint_dtype),
             id=model_id,
         )
 
@@ -194,12 +200,49 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
         tie_word_embeddings=tie,
         attention_bias=attention_bias,
         moe=moe,
+        checkpoint_dtype=_checkpoint_dtype(config),
+        notes=_unmodelled(config),
     )
     try:
         fields.to_model_spec()
     except SpecError as exc:
         raise HfConfigError(_config_key(exc.field, arch), exc.message) from exc
     return fields
+
+
+# torch_dtype names (and their newer `dtype` key) in the catalog's formats. A float32 checkpoint
+# is served in 16 bits (vLLM's dtype=auto for Gemma does bf16).
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16", "half": "fp16"}
+_QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "fp4", "modelopt_fp4": "fp4"}
+
+
+def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
+    """The format of the published weights: a quantisation's (`quantization_config`), else
+    `torch_dtype` (or `dtype`), else bf16."""
+    quantization = config.get("quantization_config")
+    if isinstance(quantization, Mapping):
+        method = str(quantization.get("quant_method", "")).lower()
+        if method in _QUANT_METHODS:
+            return _QUANT_METHODS[method]
+        bits = quantization.get("bits") or quantization.get("w_bit")
+        if method in {"awq", "gptq", "compressed-tensors"} and bits in (4, 8):
+            return "int4" if bits == 4 else "int8"
+    declared = config.get("torch_dtype", config.get("dtype"))
+    return _TORCH_DTYPES.get(str(declared).lower(), "bf16")
+
+
+def _unmodelled(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Notes on what the config declares that Ridgeline does not model yet."""
+    notes = []
+    window = config.get("sliding_window")
+    uses_window = config.get("use_sliding_window", True)
+    if isinstance(window, int) and window > 0 and uses_window is not False:
+        notes.append(
+            f"sliding_window {window}: not modelled yet, so attention work and the KV cache "
+            f"are counted over the whole context; beyond {window} tokens the estimates "
+            "overstate both (they stay an upper bound)"
+        )
+    return tuple(notes)
 
 
 def config_key(config: Mapping[str, Any], field: str) -> str:

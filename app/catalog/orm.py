@@ -80,6 +80,7 @@ class ModelRow(CatalogEntry):
     tie_word_embeddings: Mapped[bool] = mapped_column(Boolean, default=False)
     attention_bias: Mapped[bool] = mapped_column(Boolean, default=False)
     moe: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    checkpoint_dtype: Mapped[str] = mapped_column(String(16), default="bf16")
     params_total: Mapped[int] = mapped_column(BigInteger, index=True)
     params_active: Mapped[int] = mapped_column(BigInteger)
     published_params: Mapped[int | None] = mapped_column(BigInteger)

@@ -1,6 +1,6 @@
 """The batch ceiling: how many sequences of a context length one deployment decodes at once.
 
-The smaller of two limits (DESIGN.md section 3): what the KV pool holds (memory left after
+The smaller of two limits (docs/model.md): what the KV pool holds (memory left after
 weights and the activation reserve under `gpu_memory_utilization`, divided by one sequence's KV
 rounded up to whole blocks), and the ridge batch, where the decode step turns compute-bound and
 a larger batch adds latency rather than throughput. Because KV reads grow with the batch, long

@@ -2,7 +2,7 @@
 
 A measured point is decomposed once, at 100 % of peak and bandwidth, into the compute and memory
 seconds of each op class (what `StepCostModel.breakdown` returns under `unit_efficiency`). Its
-time under any efficiency `eta` is then DESIGN.md section 3's roofline sum
+time under any efficiency `eta` is then docs/model.md's roofline sum (section 3)
 
     t(eta) = sum over ops of max(compute_s / eta_kind, memory_s / eta_memory)
              + communication_s + overhead_ms / 1000

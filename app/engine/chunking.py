@@ -3,7 +3,7 @@
 A continuous-batching step runs the running decodes plus up to one prefill chunk; while it runs,
 every decode waits. So the largest usable chunk is the largest whose step (chunk plus the decode
 batch) fits the inter-token SLO. The binding step is the deepest chunk of the longest prompt the
-pool serves (`long_prompt_tokens`): its attention reads the whole cached prefix. Seed 000's first
+pool serves (`long_prompt_tokens`): its attention reads the whole cached prefix. Article A's first
 cut ignores attention, weights and decodes: `chunk <= T_max * peak / FLOPs_per_token`; we report
 it beside ours (`seed_first_cut_tokens`) and agree with it when those terms vanish.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.engine.counting import pairs_for_chunk
-from app.engine.estimates import crossover_tokens, prefill_seconds
+from app.engine.estimates import crossover_tokens, deployment_warnings, prefill_seconds
 from app.engine.specs import SpecError
 from app.engine.step_cost import StepCostModel, decode_load
 from app.engine.step_load import StepLoad
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 CHUNK_ALIGNMENT_TOKENS = 64
-_BUCKET_BOUNDS_TOKENS = (4096, 16384, 65536)  # seed 000's buckets (4K, 16K) and one more
+_BUCKET_BOUNDS_TOKENS = (4096, 16384, 65536)  # article A's buckets (4K, 16K) and one more
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ class ChunkRecommendation:
     step_ms: float
     """The worst step at the recommended chunk."""
     seed_first_cut_tokens: int
-    """Seed 000's T_max * peak / FLOPs_per_token (datasheet peak, linear FLOPs only)."""
+    """Article A's T_max * peak / FLOPs_per_token (datasheet peak, linear FLOPs only)."""
     long_prompt: LongPromptCost
     length_buckets: tuple[LengthBucket, ...]
     route_long_prompts_above_tokens: int
@@ -181,16 +181,16 @@ def recommend_chunk_size(
         pairs = pairs_for_chunk(chunk, cached, causal=True)
         return cost.step_seconds(chunk, 1, pairs, cached + chunk, seqs, context)
 
-    # Seed 000: chunk <= T_max * peak / FLOPs_per_token, linear FLOPs and datasheet peak.
+    # Article A: chunk <= T_max * peak / FLOPs_per_token, linear FLOPs and datasheet peak.
     # Per GPU: its peak over its share of the linear FLOPs per token (the ratio tp cancels).
     seed_cut = math.floor(
         budget_s * cost.peak_flops_per_s / cost.coefficients.linear_flops_per_token
     )
     # The worst step grows with the chunk (pairs q*(L-q) + q(q+1)/2 grow for q <= L). A step
-    # takes at least its linear FLOPs at peak, so one token past the seed's cut is over budget
-    # (a first probe, verified like every other).
+    # takes at least its linear FLOPs at peak, so one token past article A's cut is over
+    # budget (a first probe, verified like every other).
     max_chunk = _last_within(limit, worst_step_s, budget_s, guess=seed_cut + 1)
-    warnings: list[str] = []
+    warnings = deployment_warnings(cost)
     rationale: list[str] = []
     if max_chunk == 0:
         recommended = 1
@@ -213,7 +213,7 @@ def recommend_chunk_size(
         f"down to {recommended} tokens"
     )
     rationale.append(
-        f"seed 000's first cut T_max * peak / FLOPs_per_token gives {seed_cut} tokens; it ignores "
+        f"article A's first cut T_max * peak / FLOPs_per_token gives {seed_cut} tokens; it ignores "
         "attention over the cached prefix, weight reads, the decode batch and efficiency"
     )
 

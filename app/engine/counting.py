@@ -11,7 +11,7 @@ Two layers of API:
   FLOPs, weight bytes, KV-cache bytes read and written, activation bytes per op class, for the
   whole deployment (the per-GPU work times `tp`, so replicated KV heads count as physical work).
 
-Conventions (DESIGN.md section 3): a multiply-add is 2 FLOPs; causal attention of q queries after
+Conventions (docs/model.md): a multiply-add is 2 FLOPs; causal attention of q queries after
 c cached keys has q*c + q*(q+1)/2 query-key pairs, non-causal q*(c+q); attention FLOPs are
 4*H*h per pair (QK^T and AV); the LM head runs once per sequence per step. Flash attention never
 writes the score matrix, so attention streams Q, K, V and O only.
@@ -90,7 +90,7 @@ def validate_tp(model: ModelSpec, tp: int) -> None:
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
-    """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; seed 004)."""
+    """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; article C)."""
     return max(1.0, model.num_kv_heads / tp)
 
 
@@ -102,7 +102,7 @@ def kv_bytes_per_token(model: ModelSpec, deployment: Deployment) -> float:
 
 
 def _kv_bytes_per_token(model: ModelSpec, kv_heads_per_gpu: float, kv_dtype: DType) -> float:
-    # K and V, max(1, K/tp) heads of h elements per layer (seed 002 erratum, DESIGN.md 3).
+    # K and V, max(1, K/tp) heads of h elements per layer (article B erratum, docs/model.md).
     kv_b = BYTES_PER_ELEMENT[kv_dtype]
     return 2.0 * kv_heads_per_gpu * model.head_dim * kv_b * model.num_layers
 
@@ -130,7 +130,7 @@ def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: 
 
 def pairs_for_chunk(query_tokens: int, cached_tokens: int, *, causal: bool) -> float:
     """Query-key pairs of a chunk of q queries after c cached keys: q*c + q*(q+1)/2 causal,
-    q*(c+q) non-causal (DESIGN.md section 3)."""
+    q*(c+q) non-causal (docs/model.md)."""
     q, c = float(query_tokens), float(cached_tokens)
     if causal:
         return q * c + q * (q + 1.0) / 2.0
@@ -325,7 +325,7 @@ class StepCount:
 
     @property
     def linear_flops(self) -> float:
-        """QKV, O, FFN, router and expert FLOPs (the seeds' 'linear term', LM head excluded)."""
+        """QKV, O, FFN, router and expert FLOPs (article A's 'linear term', LM head excluded)."""
         return sum(op.flops for op in self.ops if op.op_class in LINEAR_OP_CLASSES)
 
     @property

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from app.engine.counting import OpCount, StepCount, op_coefficients, pairs_for_chunk
-from app.engine.memory import kv_tokens_per_sequence, memory_plan
+from app.engine.memory import kv_tokens_per_sequence, memory_plan, weight_fit_warnings
 from app.engine.specs import SpecError, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
@@ -93,17 +93,20 @@ def _add(a: StepCount, b: StepCount) -> StepCount:
 
 
 def deployment_warnings(cost: StepCostModel) -> list[str]:
+    """What every estimate of this deployment says besides its figures: weights that do not
+    fit the GPU (`weight_fit_warnings`), KV heads replicated by tp."""
     model, tp = cost.model, cost.deployment.tp
+    warnings = weight_fit_warnings(model, cost.gpu, cost.deployment)
     if tp > model.num_kv_heads:
-        return [
+        warnings.append(
             f"tp {tp} exceeds the model's {model.num_kv_heads} KV heads: each KV head is "
             f"replicated {tp // model.num_kv_heads} times, multiplying KV-cache memory and reads"
-        ]
-    return []
+        )
+    return warnings
 
 
 def crossover_tokens(cost: StepCostModel, *, causal: bool = True) -> int:
-    """Prompt length at which attention FLOPs equal linear FLOPs (seed 000: 6d for MHA with a
+    """Prompt length at which attention FLOPs equal linear FLOPs (article A: 6d for MHA with a
     4d MLP, non-causal). Non-causal a*n^2 = l*n gives n = l/a; causal a*n(n+1)/2 = l*n gives
     n = 2l/a - 1, with l the linear FLOPs per token and a the attention FLOPs per pair."""
     # The model's own ratio (tp 1): replicated KV projections beyond tp > K are not the model's.
@@ -403,7 +406,7 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
 
 @dataclass(frozen=True, slots=True)
 class RequestEstimate:
-    """End to end: e2e_ms = ttft_ms + (output_tokens - 1) * tpot_ms (seed 002)."""
+    """End to end: e2e_ms = ttft_ms + (output_tokens - 1) * tpot_ms (article B)."""
 
     ttft_ms: float
     tpot_ms: float

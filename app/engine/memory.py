@@ -11,7 +11,7 @@ heads: each GPU then holds whole (replicated) KV heads. The KV cache per token i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.engine.counting import LOGIT_BYTES, kv_bytes_per_token, kv_heads_per_gpu, validate_tp
 from app.engine.dtypes import BYTES_PER_ELEMENT
@@ -30,11 +30,14 @@ __all__ = [
     "kv_tokens_per_sequence",
     "memory_plan",
     "weight_bytes_per_gpu",
+    "weight_fit_warnings",
 ]
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default KV-cache block size on CUDA
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # DESIGN decision: the step whose activations we reserve
+DEFAULT_MAX_NUM_BATCHED_TOKENS = (
+    8192  # a choice (docs/model.md, section 4): the step whose activations we reserve
+)
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 
 
@@ -150,6 +153,47 @@ class MemoryPlan:
     @property
     def fits_weights(self) -> bool:
         return self.weights_bytes + self.activation_reserve_bytes <= self.usable_bytes
+
+
+def weight_fit_warnings(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    *,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> list[str]:
+    """What every estimate says when the deployment could not be loaded: the weights one GPU
+    holds exceed its memory, or leave nothing of the `gpu_memory_utilization` share for a KV
+    cache. Names the sizes and the smallest power-of-two tp that would hold them. Empty when
+    the weights fit."""
+    params = count_params(model)
+    weights = _weight_bytes(model, deployment, params)
+    usable = gpu_memory_utilization * gpu.memory_bytes
+    if weights < usable:
+        return []
+    advice = "no tp up to 128 holds them"
+    for tp in (2**k for k in range(1, 8)):
+        if tp > deployment.tp and _splits(model, tp):
+            left = usable - _weight_bytes(model, replace(deployment, tp=tp), params)
+            if left > 0:
+                advice = f"tp {tp} holds them with {left / 1e9:.1f} GB per GPU left for the rest"
+                break
+    what = "exceed its memory" if weights > gpu.memory_bytes else "leave no room for a KV cache"
+    return [
+        f"does not fit: the weights take {weights / 1e9:.1f} GB per GPU at tp "
+        f"{deployment.tp} in {deployment.weight_dtype}, which {what} ({gpu.memory_bytes / 1e9:.1f}"
+        f" GB, {usable / 1e9:.1f} GB usable at gpu_memory_utilization "
+        f"{gpu_memory_utilization:g}); the figures are what it would take if it loaded. "
+        f"{advice}, or a smaller weight format"
+    ]
+
+
+def _splits(model: ModelSpec, tp: int) -> bool:
+    try:
+        validate_tp(model, tp)
+    except SpecError:
+        return False
+    return True
 
 
 def memory_plan(

@@ -4,7 +4,7 @@ each costs in latency and communication, and what to do when tp would have to ex
 A TP degree is feasible when it splits the query heads, splits or replicates the KV heads evenly
 and splits the FFN width (the constraints vLLM and TensorRT-LLM enforce). It fits when weights,
 the activation reserve and `batch_size` sequences of `context_tokens` fit in the usable memory of
-each GPU. Beyond K GPUs each KV head is replicated tp/K times (seed 004).
+each GPU. Beyond K GPUs each KV head is replicated tp/K times (article C).
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class TpCandidate:
     """One TP degree. Byte figures are per GPU; times are None when tp cannot split the model."""
 
     tp: int
-    feasible: bool
+    splits_evenly: bool
+    """tp splits the query heads, splits or replicates the KV heads, and splits the FFN."""
     kv_head_replication: float
     """tp/K when tp exceeds the KV heads, else 1."""
     fits_memory: bool
@@ -84,6 +85,11 @@ class TpCandidate:
     """None when no goal was given or tp is infeasible."""
     reasons: tuple[str, ...]
 
+    @property
+    def feasible(self) -> bool:
+        """Deployable: it splits evenly and fits in memory."""
+        return self.splits_evenly and self.fits_memory
+
 
 @dataclass(frozen=True, slots=True)
 class TpFeasibility:
@@ -98,7 +104,7 @@ def _infeasible(tp: int, model: ModelSpec, reason: str) -> TpCandidate:
     replication = tp / model.num_kv_heads if tp > model.num_kv_heads else 1.0
     return TpCandidate(
         tp=tp,
-        feasible=False,
+        splits_evenly=False,
         kv_head_replication=replication,
         fits_memory=False,
         weights_bytes_per_gpu=0.0,
@@ -188,7 +194,7 @@ def _candidate(
         )
     return TpCandidate(
         tp=tp,
-        feasible=True,
+        splits_evenly=True,
         kv_head_replication=replication,
         fits_memory=fits,
         weights_bytes_per_gpu=plan.weights_bytes,
@@ -308,7 +314,7 @@ def assess_tp(
         )
         for tp in sorted(set(candidates))
     )
-    usable = [c for c in results if c.feasible and c.fits_memory]
+    usable = [c for c in results if c.feasible]
     goal = ttft_slo_ms is not None or tpot_slo_ms is not None
     chosen = [c for c in usable if c.meets_latency_goal] if goal else usable
     recommended = chosen[0].tp if chosen else None

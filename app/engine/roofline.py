@@ -3,10 +3,10 @@
 `roofline(...)` answers `POST /v1/roofline`. Phases:
 
 - `prefill` and `decode`: the whole step of the model (all op classes, weights, KV cache and
-  activations) from `app.engine.counting`; without a model, the seed-002 idealisation
+  activations) from `app.engine.counting`; without a model, article B's idealisation
   (FLOPs 2*N per token, weights read once, KV ignored) gives intensity `2 * tokens / weight bytes
   per parameter`: the prompt length at prefill, the batch at decode, in bf16.
-- `prefill_attention` and `decode_attention`: the attention kernel alone, as seed 004 counts it:
+- `prefill_attention` and `decode_attention`: the attention kernel alone, as article C counts it:
   Q, K, V and O streamed once in the KV format, no score matrix written, non-causal unless
   `causal=True`. Per KV head: prefill `4*G*n^2*h` FLOPs over `(2*G*n + 2*n)*h` elements, so
   intensity `2*G*n/(G+1)` per byte of fp8; decode `4*G*c*h` over `(2*G + 2*c)*h`, so
@@ -92,21 +92,21 @@ def _point(phase: RooflinePhase, intensity: float, gpu: GpuSpec, dtype: DType) -
 def prefill_attention_intensity(
     model: ModelSpec, prompt_tokens: int, kv_dtype: DType, *, causal: bool
 ) -> float:
-    """Seed 004's prefill attention intensity: FLOPs over Q, K, V, O bytes in `kv_dtype`.
+    """Article C's prefill attention intensity: FLOPs over Q, K, V, O bytes in `kv_dtype`.
 
     Non-causal it is 2*G*n/(G+1) per byte of fp8 (divide by the element size otherwise);
     causal halves (about) the FLOPs and keeps the bytes.
     """
     n, group = float(prompt_tokens), float(model.group_size)
     pairs = n * (n + 1.0) / 2.0 if causal else n * n
-    # Per KV head: 4*G*h FLOPs per pair; Q and O G*n*h each, K and V n*h each (seed 004).
+    # Per KV head: 4*G*h FLOPs per pair; Q and O G*n*h each, K and V n*h each (article C).
     flops = 4.0 * group * pairs
     elements = 2.0 * group * n + 2.0 * n
     return flops / (elements * BYTES_PER_ELEMENT[kv_dtype])
 
 
 def decode_attention_intensity(model: ModelSpec, context_tokens: int, kv_dtype: DType) -> float:
-    """Seed 004's decode attention intensity: 2*G*c/(G+c) per byte of fp8 (one query per
+    """Article C's decode attention intensity: 2*G*c/(G+c) per byte of fp8 (one query per
     head over c cached keys; Q and O G*h each, K and V c*h each)."""
     c, group = float(context_tokens), float(model.group_size)
     return 4.0 * group * c / ((2.0 * group + 2.0 * c) * BYTES_PER_ELEMENT[kv_dtype])
@@ -124,7 +124,7 @@ def roofline(
 ) -> Roofline:
     """The roofline of `gpu` and where prefill, decode and their attention kernels sit.
 
-    Without a model only `prefill` and `decode` are placed, under seed 002's idealisation.
+    Without a model only `prefill` and `decode` are placed, under article B's idealisation.
     `SpecError` names the request field at fault (sizes, a dtype the GPU lacks).
     """
     deployment = deployment or Deployment()
@@ -137,13 +137,13 @@ def roofline(
     warnings: list[str] = []
     if model is None:
         weight_bytes = BYTES_PER_ELEMENT[deployment.weight_dtype]
-        # Seed 002: FLOPs 2*N per token, bytes N * bytes per weight -> intensity 2*tokens/b.
+        # Article B: FLOPs 2*N per token, bytes N * bytes per weight -> intensity 2*tokens/b.
         phases: tuple[PhasePoint, ...] = (
             _point(RooflinePhase.PREFILL, 2.0 * prompt_tokens / weight_bytes, gpu, gemm_dtype),
             _point(RooflinePhase.DECODE, 2.0 * batch_size / weight_bytes, gpu, gemm_dtype),
         )
         warnings.append(
-            "no model given: prefill and decode placed under seed 002's idealisation "
+            "no model given: prefill and decode placed under article B's idealisation "
             "(FLOPs 2N per token, weights read once, KV cache ignored); attention phases need "
             "a model's head counts"
         )

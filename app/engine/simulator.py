@@ -20,7 +20,7 @@ With chunking off a prompt is prefilled whole in one step, and `unchunked_policy
 `PREFILL_FIRST` (the default) is vLLM v0's scheduler: a step that can admit waiting prompts
 prefills only them, whole, and every running decode stalls until it ends; decode steps run when
 nothing can be admitted. This is the default because it is what "chunked prefill off" meant in
-vLLM v0, where the option was introduced and measured, and it is the behaviour seed 000's
+vLLM v0, where the option was introduced and measured, and it is the behaviour article A's
 head-of-line argument is about. `MIXED` is vLLM v1 with chunking off: decodes and
 whole prompts share a step. Both let one prompt longer than the budget run as its step's only
 new prompt (vLLM requires `max_num_batched_tokens >= max_model_len` when chunking is off, so the

@@ -127,6 +127,9 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # Q/K/V projection biases (Qwen2)
     moe: MoeSpec | None = None
+    checkpoint_dtype: DType = DType.BF16
+    """The format the published weights are in: what a plan serves unless asked otherwise
+    (fp8 or fp4 weights of a bf16 checkpoint are a quantisation, a change in quality)."""
     id: str = "inline"
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ here, so they cannot disagree.
 Per GPU of a tensor-parallel group, a step takes
 
     sum over op classes of max(FLOPs / (peak * eta_compute), bytes / (bandwidth * eta_memory))
-    + tensor-parallel all-reduces + efficiency.overhead_ms            (DESIGN.md section 3)
+    + tensor-parallel all-reduces + efficiency.overhead_ms            (docs/model.md)
 
 GEMMs (QKV, O, FFN, experts) compute in `compute_dtype_for(weight_dtype)` at `efficiency.gemm`;
 the router and LM head stay in the activation format at `efficiency.gemm`; attention computes in

@@ -1,6 +1,6 @@
 """Time: the roofline of one op class, the ring all-reduce, and the timed breakdown of a step.
 
-The formulas are DESIGN.md section 3's: an op class takes
+The formulas are docs/model.md's (section 3): an op class takes
 `max(FLOPs / (peak * eta_compute), bytes / (bandwidth * eta_memory))`; a ring all-reduce of
 `size` bytes over `t` GPUs takes `2*(t-1)/t * size / (link bandwidth * eta_communication)` plus
 `2*(t-1)` link latencies; a step adds `efficiency.overhead_ms` once.

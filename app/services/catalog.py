@@ -291,6 +291,7 @@ MODEL_FIELDS = (
     "tie_word_embeddings",
     "attention_bias",
     "moe",
+    "checkpoint_dtype",
     "published_params",
     "sources",
 )

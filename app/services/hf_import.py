@@ -24,11 +24,13 @@ def import_hf_config(
     validate: Validator,
     name: str | None = None,
     hf_repo: str | None = None,
-) -> ModelRow:
+) -> tuple[ModelRow, tuple[str, ...]]:
     """Parse `config` and create the entry `entry_id`, its fields checked by `validate` as any
-    other write of a model is (the catalog's bounds); a 422 names the config key at fault."""
+    other write of a model is (the catalog's bounds); a 422 names the config key at fault.
+    Returns the entry and notes on what the config declares that is not modelled."""
     try:
-        fields = parse_hf_config(config).as_dict()
+        parsed = parse_hf_config(config)
+        fields = parsed.as_dict()
     except HfConfigError as error:
         raise InvalidInput.at(f"config.{error.field}", error.message) from None
     fields["name"] = name or hf_repo or entry_id
@@ -54,4 +56,4 @@ def import_hf_config(
         )
         detail = "; ".join(f"{p.field}: {p.message}" for p in problems)
         raise InvalidInput(detail, problems) from None
-    return model_entries(session).create(entry_id, checked)
+    return model_entries(session).create(entry_id, checked), parsed.notes

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.catalog.orm import utcnow
 from app.catalog.plans import PlanRepository, PlanRow
-from app.engine.dtypes import DType
+from app.engine.dtypes import BYTES_PER_ELEMENT, DType
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
     DEFAULT_CONFIRM_REQUESTS,
@@ -82,7 +82,8 @@ class PlanQuery:
     gpus: Sequence[str] | None = None
     price_overrides: Mapping[str, float] = field(default_factory=dict)
     tp_candidates: Sequence[int] = DEFAULT_TP_CANDIDATES
-    weight_dtypes: Sequence[str] = ("bf16", "fp8")
+    weight_dtypes: Sequence[str] | None = None
+    """None: the model's own format only."""
     kv_dtypes: Sequence[str] | None = None
     max_num_seqs: Sequence[int] = DEFAULT_MAX_NUM_SEQS
     chunk_tokens: Sequence[int] = DEFAULT_CHUNK_TOKENS
@@ -137,8 +138,11 @@ def _offers(
     return offers, versions
 
 
-def _dtype_pairs(query: PlanQuery) -> tuple[tuple[DType, DType], ...]:
-    weights = [DType(name) for name in query.weight_dtypes]
+def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
+    if query.weight_dtypes is None:
+        weights = [model.checkpoint_dtype]
+    else:
+        weights = [DType(name) for name in query.weight_dtypes]
     if query.kv_dtypes is None:
         return tuple(dict.fromkeys((w, _NATURAL_KV.get(w, DType.BF16)) for w in weights))
     caches = [DType(name) for name in query.kv_dtypes]
@@ -218,7 +222,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
         )
         options = PlanOptions(
             tp_candidates=tuple(query.tp_candidates),
-            dtype_pairs=_dtype_pairs(query),
+            dtype_pairs=_dtype_pairs(query, model),
             max_num_seqs_candidates=tuple(query.max_num_seqs),
             chunk_tokens_candidates=tuple(query.chunk_tokens),
             headroom=query.headroom,
@@ -250,13 +254,13 @@ def compute_plan(job: PlanJob) -> ComputedPlan:
         raise invalid_spec(error) from None
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
-        document=_document(plan, elapsed_ms, job.query),
+        document=_document(plan, elapsed_ms, job.query, job.model.checkpoint_dtype),
         summary=_summary(plan),
         demand_requests_per_s=plan.demand_requests_per_s,
     )
 
 
-def _candidate_document(c: CandidatePlan) -> dict[str, Any]:
+def _candidate_document(c: CandidatePlan, checkpoint: DType) -> dict[str, Any]:
     predicted = None
     if c.predicted is not None:
         p = c.predicted
@@ -292,6 +296,11 @@ def _candidate_document(c: CandidatePlan) -> dict[str, Any]:
         "predicted": predicted,
         "simulations": c.simulations,
         "reasons": list(c.reasons),
+        "quantized_from": (
+            checkpoint.value
+            if BYTES_PER_ELEMENT[c.weight_dtype] < BYTES_PER_ELEMENT[checkpoint]
+            else None
+        ),
     }
 
 
@@ -319,11 +328,13 @@ def _disaggregated_document(d: DisaggregatedPlan) -> dict[str, Any]:
     }
 
 
-def _document(plan: CapacityPlan, elapsed_ms: float, query: PlanQuery) -> dict[str, Any]:
+def _document(
+    plan: CapacityPlan, elapsed_ms: float, query: PlanQuery, checkpoint: DType
+) -> dict[str, Any]:
     ranked = [c for c in plan.candidates if c.status.value != "pruned"]
     pruned = [c for c in plan.candidates if c.status.value == "pruned"]
     buckets = [b for b, _ in query.ttft_buckets]
-    documents = [_candidate_document(c) for c in ranked]
+    documents = [_candidate_document(c, checkpoint) for c in ranked]
     for document in documents:
         predicted = document["predicted"]
         if predicted is not None:
@@ -333,7 +344,7 @@ def _document(plan: CapacityPlan, elapsed_ms: float, query: PlanQuery) -> dict[s
             ]
     return {
         "plans": documents,
-        "pruned": [_candidate_document(c) for c in pruned],
+        "pruned": [_candidate_document(c, checkpoint) for c in pruned],
         "disaggregated": (
             _disaggregated_document(plan.disaggregated) if plan.disaggregated else None
         ),
@@ -343,8 +354,18 @@ def _document(plan: CapacityPlan, elapsed_ms: float, query: PlanQuery) -> dict[s
         "probe_requests": plan.probe_requests,
         "simulations": plan.simulations,
         "elapsed_ms": elapsed_ms,
-        "notes": list(plan.notes),
+        "notes": list(plan.notes) + _quantisation_notes(documents, checkpoint),
     }
+
+
+def _quantisation_notes(documents: list[dict[str, Any]], checkpoint: DType) -> list[str]:
+    formats = sorted({d["weight_dtype"] for d in documents if d["quantized_from"] is not None})
+    if not formats:
+        return []
+    return [
+        f"{', '.join(formats)} weights quantise the model's {checkpoint} checkpoint: a change in "
+        "output quality to measure before serving (those candidates carry quantized_from)"
+    ]
 
 
 def _summary(plan: CapacityPlan) -> dict[str, Any]:

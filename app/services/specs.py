@@ -98,4 +98,5 @@ def model_spec_from_fields(fields: Mapping[str, Any]) -> ModelSpec:
         tie_word_embeddings=bool(fields.get("tie_word_embeddings", False)),
         attention_bias=bool(fields.get("attention_bias", False)),
         moe=moe,
+        checkpoint_dtype=DType(fields.get("checkpoint_dtype") or DType.BF16),
     )

@@ -44,7 +44,7 @@ INLINE = "inline"
 
 class EfficiencyMode(StrEnum):
     CALIBRATED = "calibrated"  # the GPU's current calibration (or its bundled default)
-    IDEAL = "ideal"  # 100 % of datasheet peak, no overhead: the seeds' lower bound
+    IDEAL = "ideal"  # 100 % of datasheet peak, no overhead: article B's lower bound (docs/model.md)
     CUSTOM = "custom"  # efficiencies given in the request
 
 

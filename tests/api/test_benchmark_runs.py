@@ -24,7 +24,7 @@ from app.settings import Settings
 from tests.conftest import AUTH
 
 SEED_RUN = "ref-seed000-a100-sxm4-80gb-llama-3-8b"
-# DESIGN.md 3 and app/catalog/data/efficiency.json: the A100 default's residuals on seed 000's
+# docs/model.md and app/catalog/data/efficiency.json: the A100 default's residuals on article A's
 # five TTFTs, -3.7 %, +6.8 %, -4.9 %, +0.9 %, +1.2 % (MAPE 3.5 %).
 SEED_ERRORS_PCT = [-3.7, 6.8, -4.9, 0.9, 1.2]
 
@@ -207,7 +207,7 @@ def test_seed_a100_run_validates_within_10_percent(client: TestClient) -> None:
     assert basis["efficiency"]["gemm"] == 0.618
     errors = [point["error_pct"] for point in report["points"]]
     assert errors == [pytest.approx(e, abs=0.06) for e in SEED_ERRORS_PCT]
-    assert report["mape_pct"] < 10.0  # DESIGN.md 3's acceptance figure
+    assert report["mape_pct"] < 10.0  # docs/model.md's acceptance figure
     assert report["mape_pct"] == pytest.approx(3.5, abs=0.05)
     for point in report["points"]:
         expected = (point["estimated_ms"] - point["measured_ms"]) / point["measured_ms"] * 100

@@ -26,7 +26,7 @@ from tests.conftest import AUTH
 
 A100 = "a100-sxm4-80gb"
 PATH = f"/v1/gpus/{A100}/calibrations"
-# app/catalog/data/efficiency.json: the A100 default's MAPE on seed 000's table is 3.5 %.
+# app/catalog/data/efficiency.json: the A100 default's MAPE on article A's table is 3.5 %.
 SEED_MAPE_PCT = 3.5
 
 
@@ -59,7 +59,7 @@ def test_calibration_on_the_seed_run_lowers_its_error_and_applies(client: TestCl
     assert efficiency["communication"] == 0.667  # never fitted
     assert efficiency["calibration_id"] == body["id"]
     assert f"calibration {body['id']} from runs {SEED_RUN}" in efficiency["source"]
-    (warning,) = body["warnings"]  # the seed table is prefill only
+    (warning,) = body["warnings"]  # article A's table is prefill only
     assert "no decode point: memory and overhead_ms" in warning
 
     gpu = client.get(f"/v1/gpus/{A100}")
@@ -213,7 +213,9 @@ def test_deleting_a_gpu_deletes_its_calibrations_but_not_the_runs(
     assert client.delete(f"/v1/gpus/{A100}", headers=AUTH).status_code == 204
     rows = runs_snapshot(settings.database_url)
     assert rows["calibrations"] == []
-    assert len(rows["benchmark_runs"]) == 1  # the seed run stays, naming a GPU now gone
+    assert (
+        len(rows["benchmark_runs"]) == 1
+    )  # article A's reference run stays, naming a GPU now gone
     report = client.get(f"/v1/benchmark-runs/{SEED_RUN}/validation")
     assert report.status_code == 422  # no catalog GPU, no microbenchmarks: nothing to compare
     assert report.json()["errors"][0]["field"] == "microbenchmarks"

@@ -1,4 +1,4 @@
-"""DESIGN.md's acceptance figures and seed errata, through the HTTP API."""
+"""docs/model.md's acceptance figures and the errata of its source articles, through HTTP."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-K = 1024  # seed 000's "1K", "10K", ...: we take K = 1024 tokens
+K = 1024  # article A's "1K", "10K", ...: we take K = 1024 tokens
 
-# Seed 000's 7B-class MHA model: d=4096, L=32, plain MLP f=4d.
+# Article A's 7B-class MHA model: d=4096, L=32, plain MLP f=4d.
 SEED_MHA: dict[str, Any] = {
     "num_layers": 32,
     "hidden_size": 4096,
@@ -22,8 +22,8 @@ SEED_MHA: dict[str, Any] = {
     "max_context_tokens": 1 << 20,
 }
 
-# Seed 002's A100: 312 TFLOP/s and 1.5 TB/s (the 40 GB part's 1.555, rounded by the seed).
-SEED_002_GPU: dict[str, Any] = {
+# Article B's A100: 312 TFLOP/s and 1.5 TB/s (the 40 GB part's 1.555, rounded by article B).
+ARTICLE_B_GPU: dict[str, Any] = {
     "memory_bytes": 80 * 10**9,
     "memory_bandwidth_bytes_per_s": 1.5e12,
     "peak_flops_per_s": {"bf16": 312e12, "fp16": 312e12},
@@ -47,7 +47,7 @@ def _post(client: TestClient, path: str, body: dict[str, Any]) -> dict[str, Any]
         (128 * K, 10_696, 1, 0.84),
     ],
 )
-def test_seed_000_flops_table(
+def test_article_a_flops_table(
     client: TestClient, tokens: int, total_tflops: float, printed_to: float, attention_share: float
 ) -> None:
     """L*(24*n*d^2 + 4*n^2*d), non-causal, to half a unit of the printed last digit."""
@@ -61,7 +61,7 @@ def test_seed_000_flops_table(
     assert answer["crossover_tokens"] == 6 * 4096 == 24_576
 
 
-def test_seed_000_ttft_ratios_2x_3x_4x(client: TestClient) -> None:
+def test_article_a_ttft_ratios_2x_3x_4x(client: TestClient) -> None:
     """ratio(n -> 2n) = (48d + 16n) / (24d + 4n): 2x well below, 3x at, ~4x far above the
     crossover, under ideal efficiency (pure FLOPs over peak)."""
     lengths = [1024, 2048, 24_576, 49_152, 1 << 19, 1 << 20]
@@ -82,8 +82,8 @@ def test_seed_000_ttft_ratios_2x_3x_4x(client: TestClient) -> None:
     assert points[0]["ratio_to_previous"] is None
 
 
-def test_calibrated_a100_reproduces_seed_000_measured_table(client: TestClient) -> None:
-    """Seed 000 measured Llama-3-8B TTFT on A100 SXM4 (FlashAttention-2, batch 1): the calibrated
+def test_calibrated_a100_reproduces_article_a_measured_table(client: TestClient) -> None:
+    """Article A measured Llama-3-8B TTFT on A100 SXM4 (FlashAttention-2, batch 1): the calibrated
     estimate within 10 % MAPE. Llama-3.1-8B is the same architecture with the 128K context the
     measurement needed."""
     measured_ms = {1 * K: 81, 10 * K: 832, 50 * K: 7_717, 100 * K: 21_731, 128 * K: 32_863}
@@ -98,10 +98,10 @@ def test_calibrated_a100_reproduces_seed_000_measured_table(client: TestClient) 
     assert "seed" in answer["target"]["efficiency"]["source"].lower()
 
 
-def test_seed_002_prefill_and_decode_lower_bounds(client: TestClient) -> None:
+def test_article_b_prefill_and_decode_lower_bounds(client: TestClient) -> None:
     """2LN/peak = 23 ms at L=512; TPOT >= 2N/bandwidth = 9.3 ms; utilization 0.5 %. Llama-2-7B
-    has 6.6e9 non-embedding parameters (the seed rounds N to 7e9): 10 % and 7 % tolerances."""
-    common = {"model": "llama-2-7b", "gpu": SEED_002_GPU, "efficiency": "ideal"}
+    has 6.6e9 non-embedding parameters (article B rounds N to 7e9): 10 % and 7 % tolerances."""
+    common = {"model": "llama-2-7b", "gpu": ARTICLE_B_GPU, "efficiency": "ideal"}
     prefill = _post(client, "/v1/estimates/prefill", {**common, "prompt_tokens": 512})
     assert prefill["ttft_ms"] == pytest.approx(2 * 512 * 7e9 / 312e12 * 1e3, rel=0.10)
     assert prefill["bound"] == "compute"
@@ -113,26 +113,26 @@ def test_seed_002_prefill_and_decode_lower_bounds(client: TestClient) -> None:
     assert decode["bound"] == "memory"
 
 
-def test_seed_002_decode_intensity_grows_with_batch(client: TestClient) -> None:
+def test_article_b_decode_intensity_grows_with_batch(client: TestClient) -> None:
     """I = B when KV reads are negligible (1-token contexts): within 5 % up to B = 64."""
     for batch in (1, 8, 64):
         decode = _post(
             client,
             "/v1/estimates/decode",
-            {"model": "llama-2-7b", "gpu": SEED_002_GPU, "batch_size": batch, "context_tokens": 1},
+            {"model": "llama-2-7b", "gpu": ARTICLE_B_GPU, "batch_size": batch, "context_tokens": 1},
         )
         assert decode["arithmetic_intensity"] == pytest.approx(batch, rel=0.05)
 
 
-def test_seed_002_erratum_kv_cache(client: TestClient) -> None:
+def test_article_b_erratum_kv_cache(client: TestClient) -> None:
     """524,288 bytes per token, 1.07 GB per 2,048-token sequence, ~62 sequences beside 13.5 GB of
-    weights in 80 GB (the seed printed 0.43 GB and about 20)."""
+    weights in 80 GB (article B printed 0.43 GB and about 20)."""
     answer = _post(
         client,
         "/v1/estimates/batch-ceiling",
         {
             "model": "llama-2-7b",
-            "gpu": SEED_002_GPU,
+            "gpu": ARTICLE_B_GPU,
             "context_tokens": 2048,
             "gpu_memory_utilization": 1.0,
             "max_num_batched_tokens": 1,
@@ -185,7 +185,7 @@ def _attention(client: TestClient, group: int) -> dict[str, float]:
     return {phase["name"]: phase["arithmetic_intensity"] for phase in answer["phases"]}
 
 
-def test_seed_004_attention_intensities_with_fp8_kv(client: TestClient) -> None:
+def test_article_c_attention_intensities_with_fp8_kv(client: TestClient) -> None:
     """Prefill 2*G*ISL/(G+1) = 58,254 for G=8 (seed printed 15,990, which its formula does not
     give); decode 2*G*KVSL/(G+KVSL) = 15.99 (G=8) and 31.99 (G=16)."""
     g8, g16 = _attention(client, 8), _attention(client, 16)
@@ -205,13 +205,13 @@ def test_seed_004_attention_intensities_with_fp8_kv(client: TestClient) -> None:
 def test_ridge_points_and_h100_erratum(
     client: TestClient, gpu: str, ridge: float, peak: float
 ) -> None:
-    """Seed 000's A100 threshold 153; H100 dense BF16 is 989 TFLOPS (ridge 295), not the 495 the
+    """Article A's A100 threshold 153; H100 dense BF16 is 989 TFLOPS (ridge 295), not the 495 the
     seed printed (dense TF32)."""
     answer = _post(client, "/v1/roofline", {"gpu": gpu})
     assert answer["ridge_intensity"] == pytest.approx(ridge, rel=0.01)
     assert answer["peak_flops_per_s"] == pytest.approx(peak, rel=0.01)
     assert answer["peak_flops_per_s"] != pytest.approx(495e12, rel=0.05)
-    # Without a model, seed 002's generic phases: prefill I = L tokens, decode I = B.
+    # Without a model, article B's generic phases: prefill I = L tokens, decode I = B.
     by_name = {phase["name"]: phase for phase in answer["phases"]}
     assert by_name["prefill"]["arithmetic_intensity"] == 2048
     assert by_name["prefill"]["bound"] == "compute"
@@ -220,7 +220,7 @@ def test_ridge_points_and_h100_erratum(
 
 
 def test_a100_parts_have_their_own_bandwidths(client: TestClient) -> None:
-    """Seed 002 uses 1.5 TB/s (the 40 GB part), seed 000 2.04 TB/s (the 80 GB part)."""
+    """Article B uses 1.5 TB/s (the 40 GB part), article A 2.04 TB/s (the 80 GB part)."""
     forty = client.get("/v1/gpus/a100-sxm4-40gb").json()["memory_bandwidth_bytes_per_s"]
     eighty = client.get("/v1/gpus/a100-sxm4-80gb").json()["memory_bandwidth_bytes_per_s"]
     assert forty == pytest.approx(1.555e12, rel=0.01)

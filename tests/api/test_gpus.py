@@ -33,7 +33,7 @@ def test_get_returns_entry_with_etag_and_sources(client: TestClient) -> None:
     assert response.status_code == 200
     assert response.headers["etag"] == '"1"'
     gpu = response.json()
-    # Dense BF16, not seed 000's 495 TFLOPS (which is dense TF32): DESIGN.md errata.
+    # Dense BF16, not article A's 495 TFLOPS (which is dense TF32): docs/model.md, errata.
     assert gpu["peak_flops_per_s"]["bf16"] == pytest.approx(989.4e12, rel=0.01)
     assert gpu["memory_bandwidth_bytes_per_s"] == pytest.approx(3.35e12, rel=0.01)
     assert gpu["origin"] == "bundled"

@@ -132,3 +132,18 @@ def test_hf_import_is_bounded_as_the_catalog_is(
     assert response.status_code == 422, response.text
     assert [error["field"] for error in response.json()["errors"]] == [field]
     assert client.get("/v1/models/too-big").status_code == 404
+
+
+def test_hf_import_keeps_the_checkpoint_format_and_notes_a_sliding_window(
+    client: TestClient,
+) -> None:
+    config = json.loads((FIXTURES / "mistral-7b-v0.3.json").read_text())
+    config |= {"sliding_window": 4096, "torch_dtype": "float16"}
+    response = client.post(
+        "/v1/models/hf-import", params={"id": "windowed"}, json=config, headers=AUTH
+    )
+    assert response.status_code == 201, response.text
+    imported = response.json()
+    assert imported["checkpoint_dtype"] == "fp16"
+    assert len(imported["notes"]) == 1 and "sliding_window 4096" in imported["notes"][0]
+    assert client.get("/v1/models/windowed").json()["checkpoint_dtype"] == "fp16"

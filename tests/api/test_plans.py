@@ -297,3 +297,22 @@ def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
     response = client.post("/v1/plans", json=plan_body(**changes), headers=AUTH)
     assert field in problem_fields(response)
     assert client.get("/v1/plans").json()["total"] == 0
+
+
+def test_plans_serve_the_checkpoint_format_unless_asked_and_flag_quantisation(
+    client: TestClient,
+) -> None:
+    """Without weight_dtypes a plan considers the model's own format only (bf16 for
+    Llama-3-8B, fp16 for Llama-2-7B); asked for fp8 too, the fp8 candidates say they quantise
+    the checkpoint, and the plan's notes say what that means."""
+    default = post_plan(client, weight_dtypes=None)
+    formats = {c["weight_dtype"] for c in default["plans"] + default["pruned"]}
+    assert formats == {"bf16"}
+    assert all(c["quantized_from"] is None for c in default["plans"])
+    llama2 = post_plan(client, model="llama-2-7b", weight_dtypes=None)
+    assert {c["weight_dtype"] for c in llama2["plans"] + llama2["pruned"]} == {"fp16"}
+    both = post_plan(client, weight_dtypes=["bf16", "fp8"])
+    by_format = {c["weight_dtype"]: c for c in both["plans"] + both["pruned"]}
+    assert by_format["fp8"]["quantized_from"] == "bf16"
+    assert by_format["bf16"]["quantized_from"] is None
+    assert any("quantise the model's bf16 checkpoint" in note for note in both["notes"])

@@ -4,24 +4,18 @@ readiness under contention, and a bounded graceful shutdown."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.catalog.migrate import upgrade
-from tests.conftest import AUTH, TEST_API_KEY, reset_database
+from tests.conftest import AUTH, reset_database
+from tests.servers import served
 
-ROOT = Path(__file__).resolve().parents[2]
 WRITERS = 32
 ROUNDS = 10
 
@@ -39,49 +33,6 @@ SHORT_SIMULATION = {
     **LONG_SIMULATION,
     "workload": {**LONG_SIMULATION["workload"], "num_requests": 50},  # type: ignore[dict-item]
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def served(database_url: str, **settings: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """One `ridgeline serve` process on a free port; yields its base URL and the process."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "RIDGELINE_DATABASE_URL": database_url,
-        "RIDGELINE_API_KEYS": TEST_API_KEY,
-        "RIDGELINE_LOG_LEVEL": "WARNING",
-        **{f"RIDGELINE_{name.upper()}": value for name, value in settings.items()},
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {port} did not start")
-            time.sleep(0.1)
-        yield url, process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
 
 
 @pytest.fixture

@@ -174,7 +174,7 @@ def test_every_field_is_described() -> None:
 
 
 class TestReferenceRun:
-    """The bundled seed 000 run: Llama-3-8B, A100 SXM4 80GB, FlashAttention-2, batch 1."""
+    """The bundled article A run: Llama-3-8B, A100 SXM4 80GB, FlashAttention-2, batch 1."""
 
     def test_validates_and_round_trips(self) -> None:
         text = REFERENCE.read_text(encoding="utf-8")
@@ -184,7 +184,7 @@ class TestReferenceRun:
 
     def test_carries_the_seed_table(self) -> None:
         document = RunDocument.model_validate_json(REFERENCE.read_text(encoding="utf-8"))
-        # seed 000's table: 1K 81 ms, 10K 832, 50K 7,717, 100K 21,731, 128K 32,863 (K = 1024).
+        # article A's table: 1K 81 ms, 10K 832, 50K 7,717, 100K 21,731, 128K 32,863 (K = 1024).
         assert [(p.prompt_tokens, p.median_ms) for p in document.points] == [
             (1024, 81.0),
             (10240, 832.0),
@@ -202,7 +202,7 @@ class TestReferenceRun:
         document = RunDocument.model_validate_json(REFERENCE.read_text(encoding="utf-8"))
         assert document.provenance.kind is ProvenanceKind.PUBLISHED
         assert document.provenance.source is not None
-        assert "seed 000" in document.provenance.source
+        assert "article A" in document.provenance.source
         assert document.provenance.note is not None
         assert "K = 1024" in document.provenance.note
         assert document.gpu == "a100-sxm4-80gb"
@@ -229,4 +229,4 @@ class TestReferenceRun:
             model.attention_bias,
             model.moe,
         ) == ("llama-3-8b", 32, 4096, 32, 8, 128, 14336, "gated", 128256, False, False, None)
-        assert model.max_context_tokens == 131072  # the seed measured up to 128K tokens
+        assert model.max_context_tokens == 131072  # article A measured up to 128K tokens

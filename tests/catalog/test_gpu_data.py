@@ -1,7 +1,8 @@
 """The bundled GPU catalog, app/catalog/data/gpus.json: shape, ids, sources, pinned figures.
 
-Pinned figures come from DESIGN.md and the seed articles: dense (not sparse) tensor peaks, the two
-A100 bandwidths of the errata, and the ridge points the seeds compute (peak / bandwidth, FLOP/byte).
+Pinned figures come from docs/model.md and its source articles: dense (not sparse) tensor
+peaks, the two A100 bandwidths of the errata, and the ridge points the source articles compute
+(peak / bandwidth, FLOP/byte).
 """
 
 from __future__ import annotations
@@ -228,13 +229,13 @@ def test_price_is_positive_and_explained_or_null(entry: dict[str, Any]) -> None:
     assert entry["price_note"] and re.search(r"20\d\d-\d\d-\d\d|^Undated:", entry["price_note"])
 
 
-# --- pinned figures (DESIGN.md, seeds) -----------------------------------------------------
+# --- pinned figures (docs/model.md) -----------------------------------------------------
 
 
-def test_h100_sxm_bf16_is_the_dense_figure_not_seed_000s_495() -> None:
+def test_h100_sxm_bf16_is_the_dense_figure_not_article_as_495() -> None:
     bf16 = BY_ID["h100-sxm5-80gb"]["peak_flops_per_s"]["bf16"]
     assert bf16 == pytest.approx(989.4e12, rel=0.01)
-    assert bf16 != pytest.approx(495e12, rel=0.05)  # dense TF32, seed 000's mistake
+    assert bf16 != pytest.approx(495e12, rel=0.05)  # dense TF32, article A's mistake
     assert bf16 != pytest.approx(1979e12, rel=0.05)  # the datasheet's sparse figure
 
 
@@ -263,11 +264,11 @@ def test_a100_80gb_memory_is_what_nvidia_smi_reports() -> None:
 @pytest.mark.parametrize(
     ("gpu_id", "ridge"),
     [
-        ("a100-sxm4-80gb", 153.0),  # seed 000: 312 TFLOPS / 2.04 TB/s
-        ("h100-sxm5-80gb", 295.0),  # seed 002: 989 TFLOPS / 3.35 TB/s
+        ("a100-sxm4-80gb", 153.0),  # article A: 312 TFLOPS / 2.04 TB/s
+        ("h100-sxm5-80gb", 295.0),  # article B: 989 TFLOPS / 3.35 TB/s
     ],
 )
-def test_ridge_points_match_the_seeds(gpu_id: str, ridge: float) -> None:
+def test_ridge_points_match_the_source_articles(gpu_id: str, ridge: float) -> None:
     assert _ridge(gpu_id) == pytest.approx(ridge, rel=0.02)
 
 

@@ -43,6 +43,7 @@ ARCHITECTURE_KEYS = [
     "tie_word_embeddings",
     "attention_bias",
     "moe",
+    "checkpoint_dtype",
 ]
 
 
@@ -257,3 +258,25 @@ def test_parser_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(config)
     parse_hf_config(config)
     assert config == before
+
+
+def test_checkpoint_format_from_torch_dtype_or_quantisation() -> None:
+    """bf16 and fp16 as declared; a float32 checkpoint is served in bf16; a quantised one is
+    its quantisation's format."""
+    base = _config("llama-3-8b")
+    assert parse_hf_config(base).checkpoint_dtype == "bf16"
+    assert parse_hf_config(base | {"torch_dtype": "float16"}).checkpoint_dtype == "fp16"
+    assert parse_hf_config(_config("gemma-2-9b")).checkpoint_dtype == "bf16"  # float32
+    fp8 = base | {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    assert parse_hf_config(fp8).checkpoint_dtype == "fp8"
+    awq = base | {"quantization_config": {"quant_method": "awq", "bits": 4}}
+    assert parse_hf_config(awq).checkpoint_dtype == "int4"
+
+
+def test_a_declared_sliding_window_is_noted_not_dropped() -> None:
+    mistral = parse_hf_config(_config("mistral-7b-v0.3") | {"sliding_window": 4096})
+    assert len(mistral.notes) == 1
+    assert "sliding_window 4096" in mistral.notes[0]
+    assert parse_hf_config(_config("llama-3-8b")).notes == ()
+    qwen = _config("qwen2.5-7b") | {"sliding_window": 131072, "use_sliding_window": False}
+    assert parse_hf_config(qwen).notes == ()

@@ -57,6 +57,7 @@ ENTRY_KEYS = {
     "tie_word_embeddings",
     "attention_bias",
     "moe",
+    "checkpoint_dtype",
     "published_params",
     "sources",
 }

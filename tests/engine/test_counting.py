@@ -1,4 +1,4 @@
-"""Counting: FLOPs and bytes per op class, checked against hand formulas (DESIGN.md section 3).
+"""Counting: FLOPs and bytes per op class, checked against hand formulas (docs/model.md).
 
 The GPU and model specs defined here are datasheet/config figures and are reused by the other
 engine tests (imported from this module).
@@ -89,7 +89,7 @@ LLAMA3_70B = ModelSpec(
     max_context_tokens=131072,
     id="llama-3-70b",
 )
-# Seed 000's "7B-class MHA" model: d=4096, L=32, plain MLP f=4d.
+# Article A's "7B-class MHA" model: d=4096, L=32, plain MLP f=4d.
 SEED_MHA = ModelSpec(
     num_layers=32,
     hidden_size=4096,
@@ -100,7 +100,7 @@ SEED_MHA = ModelSpec(
     ffn_type=FfnType.MLP,
     vocab_size=32000,
     max_context_tokens=262144,
-    id="seed-000-mha",
+    id="article-a-mha",
 )
 MIXTRAL = ModelSpec(
     num_layers=32,

@@ -1,4 +1,5 @@
-"""The engine imports nothing but the standard library and itself (STYLE.md habit 1)."""
+"""The engine imports nothing but the standard library, NumPy, SciPy and itself: the engine is
+pure (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,15 @@ def test_infeasible_tp_says_why() -> None:
     assert result.recommended_tp == 1
 
 
+def test_feasible_means_deployable_and_splits_evenly_the_divisibility() -> None:
+    """Llama-3-70B on one 80 GB H100: tp 1 splits (there is nothing to split) but 141 GB of
+    weights do not fit, so it is not feasible; tp 4 is both."""
+    by_tp = {c.tp: c for c in assess_tp(LLAMA3_70B, H100, candidates=(1, 4)).candidates}
+    assert by_tp[1].splits_evenly and not by_tp[1].fits_memory
+    assert not by_tp[1].feasible
+    assert by_tp[4].splits_evenly and by_tp[4].fits_memory and by_tp[4].feasible
+
+
 def test_candidate_figures_match_the_memory_model() -> None:
     result = assess_tp(LLAMA3_70B, H100, context_tokens=4096)
     two = next(c for c in result.candidates if c.tp == 2)

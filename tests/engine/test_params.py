@@ -190,8 +190,8 @@ def test_attention_bias_adds_qkv_biases() -> None:
     assert biased.attention_kv - without.attention_kv == 28 * 2 * 512
 
 
-def test_plain_mlp_matches_seed_000_layer() -> None:
-    # Seed 000's model: d = 4096, MHA, plain MLP of 4d, so 4d^2 attention + 8d^2 MLP weights per
+def test_plain_mlp_matches_article_a_layer() -> None:
+    # Article A's model: d = 4096, MHA, plain MLP of 4d, so 4d^2 attention + 8d^2 MLP weights per
     # layer: the 12*d^2 behind its 24*n*d^2 linear FLOPs.
     d = 4096
     seed = replace(LLAMA_2_7B, intermediate_size=4 * d, ffn_type=FfnType.MLP)

@@ -462,7 +462,7 @@ def test_an_sla_a_lone_request_misses_is_unreachable_at_any_load() -> None:
 def test_per_bucket_ttft_slos_are_checked_on_their_own_prompts() -> None:
     # 90 % short prompts (100-200 tokens), 10 % long ones (8,000-9,000). A long prompt takes
     # some 8 steps of 45 ms to prefill, and short requests arriving meanwhile wait behind it
-    # (seed 000: one long prefill spoils everyone's p99).
+    # (article A: one long prefill spoils everyone's p99).
     prompts = HistogramLengths(edges_tokens=(100, 200, 8000, 9000), weights=(0.9, 0.0, 0.1))
     traffic = Traffic(4.0, prompts, constant(64))
     options = replace(HAND, probe_requests=1000)

@@ -15,8 +15,8 @@ def test_attainable_is_the_lower_roof() -> None:
     assert attainable_flops_per_s(1000, 312e12, 2e12) == 312e12
 
 
-def test_without_a_model_seed_002_idealisation() -> None:
-    """A100 80 GB: ridge 312e12 / 2.039e12 = 153 (seed 000's table); prefill intensity = n,
+def test_without_a_model_article_b_idealisation() -> None:
+    """A100 80 GB: ridge 312e12 / 2.039e12 = 153 (article A's table); prefill intensity = n,
     decode = B in bf16."""
     result = roofline(A100, prompt_tokens=512, batch_size=8)
     assert result.ridge_intensity == pytest.approx(153.0, abs=0.1)

@@ -233,7 +233,7 @@ def test_littles_law_holds_through_batching_chunking_and_preemption() -> None:
     assert result.itl_ms.mean == pytest.approx(decode_s / gaps * 1e3, rel=1e-9)
 
 
-# -- Chunked prefill and a 32K prompt (seed 000) -------------------------------------------------
+# -- Chunked prefill and a 32K prompt (article A) -------------------------------------------------
 
 A, B, P = 0.010, 5e-5, 1e-9  # 10 ms per step, 50 us per token, 1 ns per attention pair
 LONG = 32_768
@@ -303,7 +303,9 @@ def test_chunking_alone_does_not_let_later_short_requests_overtake_a_long_prefil
     assert shorts.max() == pytest.approx((batch_end_s - 1.05) * 1e3, rel=EXACT)
     p99 = np.percentile(shorts, 99)
     assert p99 == pytest.approx(p99_of_two_largest(batch_end_s - 1.05, 0.05), rel=EXACT)
-    assert p99 > 2300.0  # worse than without chunking (2,186 ms): the seed's fix needs more
+    assert (
+        p99 > 2300.0
+    )  # worse than without chunking (2,186 ms): the source article's fix needs more
 
 
 def test_capping_the_long_chunk_lets_short_requests_through_at_a_chunk_step() -> None:

@@ -9,7 +9,13 @@ from fastapi import APIRouter, Body, Query, Request, Response, status
 from app.api.deps import ApiKeyDep, LimitQuery, OffsetQuery, read_json, write_in_session
 from app.api.routes.catalog import add_item_routes, entry_response, writable_fields
 from app.api.schemas.common import ID_PATTERN, MAX_BIGINT, NO_NUL, Page, problem_responses
-from app.api.schemas.models import ModelCreate, ModelFields, ModelPatch, ModelRead
+from app.api.schemas.models import (
+    ModelCreate,
+    ModelFields,
+    ModelImportRead,
+    ModelPatch,
+    ModelRead,
+)
 from app.services.catalog import list_models, model_entries
 from app.services.hf_import import import_hf_config
 
@@ -58,7 +64,7 @@ async def list_models_route(
 
 @router.post(
     "/models/hf-import",
-    response_model=ModelRead,
+    response_model=ModelImportRead,
     status_code=status.HTTP_201_CREATED,
     summary="Create a model from a Hugging Face config.json",
     description=(
@@ -117,7 +123,14 @@ async def import_model(
         lambda session: import_hf_config(
             session, entry_id, config, name=name, hf_repo=hf_repo, validate=_model_fields
         ),
-        lambda row: entry_response(row, ModelRead.from_row(row), 201, f"/v1/models/{entry_id}"),
+        lambda created: entry_response(
+            created[0],
+            ModelImportRead.model_validate(
+                ModelRead.from_row(created[0]).model_dump() | {"notes": list(created[1])}
+            ),
+            201,
+            f"/v1/models/{entry_id}",
+        ),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from functools import cache
 from typing import Annotated, Any, Generic, Self, TypeVar, get_args
 
@@ -29,6 +30,7 @@ __all__ = [
     "NO_NUL",
     "NUL_MESSAGE",
     "FieldError",
+    "Format",
     "Input",
     "Lax",
     "MemoryShare",
@@ -38,6 +40,7 @@ __all__ = [
     "Seed",
     "SloMs",
     "SourceRef",
+    "StorageFormat",
     "Tokens",
     "merge_patch_model",
     "problem_responses",
@@ -91,6 +94,21 @@ ENTRY_ID = Annotated[
 Lax = Strict(False)
 """Marks a field of an `Input` that takes its value by conversion: enumerations and tuples,
 which JSON spells as strings and arrays. Every other field of a request is strict."""
+
+
+class StorageFormat(StrEnum):
+    """Formats weights and the KV cache can be stored in."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+    FP4 = "fp4"
+
+
+Format = Annotated[StorageFormat, Lax]
+"""A storage format in a request (`"bf16"`)."""
 
 
 class Input(BaseModel):

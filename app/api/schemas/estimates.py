@@ -47,7 +47,10 @@ class _PrefillShape(Input):
     )
     causal: bool = Field(
         default=True,
-        description="Causal attention (half the n x n work). `false` counts it as the seeds do.",
+        description=(
+            "Causal attention (half the n x n work). `false` counts the full n x n, as "
+            "article A of docs/model.md does."
+        ),
     )
 
 
@@ -422,6 +425,10 @@ class TpFeasibilityRequest(TargetRequest):
 class TpCandidateOut(BaseModel):
     tp: int = Field(description="Tensor-parallel degree.")
     feasible: bool = Field(
+        description="Deployable: it splits evenly and fits in memory (`splits_evenly` and "
+        "`fits_memory`)."
+    )
+    splits_evenly: bool = Field(
         description="It splits the query heads, KV heads (or replicates them) and FFN evenly."
     )
     kv_head_replication: float = Field(description="Copies of each KV head (tp/K when tp > K).")
@@ -463,6 +470,7 @@ class TpFeasibilityResponse(EstimateResponse):
                 TpCandidateOut(
                     tp=c.tp,
                     feasible=c.feasible,
+                    splits_evenly=c.splits_evenly,
                     kv_head_replication=c.kv_head_replication,
                     fits_memory=c.fits_memory,
                     weights_bytes_per_gpu=c.weights_bytes_per_gpu,
@@ -545,7 +553,7 @@ class ChunkSizeResponse(EstimateResponse):
     recommended_chunk_tokens: int = Field(description="Rounded down to a multiple of 64.")
     step_ms: float = Field(description="A step with the recommended chunk and the decodes.")
     seed_first_cut_tokens: int = Field(
-        description="The seed's first cut, `itl_slo * peak / FLOPs per token`, for comparison."
+        description="Article A's first cut, `itl_slo * peak / FLOPs per token`, for comparison."
     )
     long_prompt: LongPromptOut = Field(description="What chunking costs a long prompt.")
     length_buckets: list[LengthBucketOut] = Field(description="Proposed TTFT goals by length.")
@@ -613,7 +621,7 @@ class RooflineRequest(DeploymentFields):
     batch_size: DecodeBatch = Field(default=1, description="Decode batch.")
     causal: bool = Field(
         default=False,
-        description="Causal prefill attention; seed 004's intensities are non-causal (default).",
+        description="Causal prefill attention; article C's intensities are non-causal (default).",
     )
 
     def refs(self) -> dict[str, object]:
@@ -650,7 +658,7 @@ class RooflineResponse(BaseModel):
     memory_bandwidth_bytes_per_s: float = Field(description="Datasheet memory bandwidth.")
     phases: list[PhaseOut] = Field(
         description=(
-            "Where each phase sits. Without a model, seed 002's generic phases: prefill at "
+            "Where each phase sits. Without a model, article B's generic phases: prefill at "
             "I = prompt tokens, decode at I = batch size (weights read once, KV ignored)."
         )
     )

@@ -7,13 +7,23 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from app.api.schemas.common import ENTRY_ID, Input, Lax, Output, SourceRef, merge_patch_model
+from app.api.schemas.common import (
+    ENTRY_ID,
+    Format,
+    Input,
+    Lax,
+    Output,
+    SourceRef,
+    StorageFormat,
+    merge_patch_model,
+)
 from app.engine.specs import FfnType
 
 __all__ = [
     "ModelArchitecture",
     "ModelCreate",
     "ModelFields",
+    "ModelImportRead",
     "ModelPatch",
     "ModelRead",
     "MoeFields",
@@ -67,6 +77,13 @@ class ModelArchitecture(Input):
     tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
     attention_bias: bool = Field(default=False, description="Q/K/V projections have biases.")
     moe: MoeFields | None = Field(default=None, description="Mixture-of-experts FFN, if any.")
+    checkpoint_dtype: Format = Field(
+        default=StorageFormat.BF16,
+        description=(
+            "The format the published weights are in (its config's `torch_dtype`, or its "
+            "quantisation). Plans serve it unless `weight_dtypes` asks for others."
+        ),
+    )
 
 
 class ModelFields(ModelArchitecture):
@@ -140,3 +157,10 @@ class ModelRead(ModelFields, Output):
     version: int = Field(description="Increments on every write; the ETag carries it.")
     created_at: datetime = Field(description="When the entry was created (UTC).")
     updated_at: datetime = Field(description="When the entry last changed (UTC).")
+
+
+class ModelImportRead(ModelRead):
+    """A model created from a `config.json`, with what the config declares that the catalog
+    does not model yet (a sliding window, say) and what that means for the estimates."""
+
+    notes: list[str] = Field(description="Declared but not modelled, and its effect.")

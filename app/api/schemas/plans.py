@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.api.schemas.common import CATALOG_REF, ENTRY_ID, Input, Page
 from app.api.schemas.models import ModelArchitecture
 from app.api.schemas.simulations import MAX_REQUESTS, LengthDistribution, TraceRow
-from app.api.schemas.targets import Format, StorageFormat
+from app.api.schemas.targets import Format
 from app.catalog.plans import PlanRow
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
@@ -154,11 +154,15 @@ class PlanRequest(Input):
         max_length=8,
         description="Tensor-parallel degrees to consider (each at least 1).",
     )
-    weight_dtypes: list[Format] = Field(
-        default=[StorageFormat.BF16, StorageFormat.FP8],
+    weight_dtypes: list[Format] | None = Field(
+        default=None,
         min_length=1,
         max_length=6,
-        description="Weight formats to consider.",
+        description=(
+            "Weight formats to consider; default the model's own (`checkpoint_dtype`). A "
+            "smaller format than the checkpoint's (fp8 weights of a bf16 model) is a "
+            "quantisation that changes output quality: such candidates say so."
+        ),
     )
     kv_dtypes: list[Format] | None = Field(
         default=None,
@@ -239,7 +243,9 @@ class PlanRequest(Input):
             gpus=self.gpus,
             price_overrides=self.price_overrides,
             tp_candidates=self.tp_candidates,
-            weight_dtypes=[d.value for d in self.weight_dtypes],
+            weight_dtypes=(
+                [d.value for d in self.weight_dtypes] if self.weight_dtypes is not None else None
+            ),
             kv_dtypes=[d.value for d in self.kv_dtypes] if self.kv_dtypes else None,
             max_num_seqs=self.max_num_seqs,
             chunk_tokens=self.chunk_tokens,
@@ -315,6 +321,13 @@ class CandidateRead(BaseModel):
     predicted: PredictedRead | None = Field(description="Latencies at the planned load.")
     simulations: int = Field(description="Simulation probes run for this candidate.")
     reasons: list[str] = Field(description="Why infeasible or pruned, and caveats.")
+    quantized_from: str | None = Field(
+        default=None,
+        description=(
+            "The model's checkpoint format when `weight_dtype` is smaller (a quantisation that "
+            "changes output quality), else null."
+        ),
+    )
 
 
 class DisaggregatedRead(BaseModel):

@@ -3,12 +3,11 @@ and the echo of it every estimate response carries."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api.schemas.common import CATALOG_REF, Input, Lax
+from app.api.schemas.common import CATALOG_REF, Format, Input, StorageFormat
 from app.api.schemas.gpus import EfficiencyFractions, EfficiencyValues, GpuHardware
 from app.api.schemas.models import ModelArchitecture
 from app.services.targets import Target
@@ -24,21 +23,6 @@ __all__ = [
     "echo",
     "spec_fields",
 ]
-
-
-class StorageFormat(StrEnum):
-    """Formats weights and the KV cache can be stored in."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-    INT8 = "int8"
-    INT4 = "int4"
-    FP4 = "fp4"
-
-
-Format = Annotated[StorageFormat, Lax]
-"""A storage format in a request (`"bf16"`)."""
 
 
 class EfficiencyOverride(EfficiencyFractions):
@@ -84,8 +68,8 @@ class TargetRequest(DeploymentFields):
         default="calibrated",
         description=(
             "`calibrated`: the GPU's current calibration (or bundled default); `ideal`: 100 % of "
-            "datasheet peak and no overhead, the theoretical lower bound the seeds compute; or "
-            "explicit efficiencies for a what-if."
+            "datasheet peak and no overhead, the theoretical lower bound of docs/model.md's "
+            "article B; or explicit efficiencies for a what-if."
         ),
     )
 

@@ -68,7 +68,7 @@ def lone_prefill_seconds(timer: StepTimer, prompt_tokens: int, chunk_tokens: int
     total, done = 0.0, 0
     while done < prompt_tokens:
         take = min(chunk_tokens, prompt_tokens - done)
-        # Causal chunk of q after c computed: q*c + q*(q+1)/2 pairs (DESIGN.md section 3).
+        # Causal chunk of q after c computed: q*c + q*(q+1)/2 pairs (docs/model.md).
         total += timer.seconds(
             StepLoad(
                 prefill_tokens=take,

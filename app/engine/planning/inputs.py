@@ -38,7 +38,7 @@ DEFAULT_TP_CANDIDATES = (1, 2, 4, 8)
 DEFAULT_DTYPE_PAIRS = ((DType.BF16, DType.BF16), (DType.FP8, DType.FP8))
 """(weight format, KV-cache format) pairs: bf16 throughout, and fp8 weights with an fp8 cache."""
 DEFAULT_MAX_NUM_SEQS = (memory.DEFAULT_MAX_NUM_SEQS,)  # vLLM's default --max-num-seqs
-DEFAULT_CHUNK_TOKENS = (512, 2048)  # vLLM v0's chunked-prefill default (seed 000) and v1's
+DEFAULT_CHUNK_TOKENS = (512, 2048)  # vLLM v0's chunked-prefill default (article A) and v1's
 DEFAULT_PROBE_REQUESTS = 3000
 """Requests per simulation probe. 30 of them lie above the p99: how many lie above the true p99
 is binomial, mean 30 and standard deviation 5.4, so for independent requests a probe's p99 would
@@ -85,7 +85,7 @@ class TtftBucket:
 @dataclass(frozen=True, slots=True)
 class Slo:
     """Latency objectives at the 99th percentile over requests. `ttft_p99_ms` holds for all
-    requests; each bucket adds one for its prompt lengths (seed 000: separate SLAs by length)."""
+    requests; each bucket adds one for its prompt lengths (article A: separate SLAs by length)."""
 
     ttft_p99_ms: float
     tpot_p99_ms: float

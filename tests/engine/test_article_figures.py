@@ -1,4 +1,4 @@
-"""DESIGN.md's "Figures the model must reproduce" and "Seed errata", through the engine."""
+"""docs/model.md's acceptance figures (section 9) and errata (section 10), through the engine."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tests.engine.test_counting import (
 )
 
 EFFICIENCY_JSON = Path(__file__).parents[2] / "app" / "catalog" / "data" / "efficiency.json"
-K = 1024  # seed 000's "1K" etc.: we take K = 1024 tokens
+K = 1024  # article A's "1K" etc.: we take K = 1024 tokens
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ K = 1024  # seed 000's "1K" etc.: we take K = 1024 tokens
         (128 * K, 10_696, 1, 0.84),
     ],
 )
-def test_seed_000_flops_table(
+def test_article_a_flops_table(
     tokens: int, total_tflops: float, printed_to: float, attention_share: float
 ) -> None:
     """L*(24*n*d^2 + 4*n^2*d), non-causal: within half a unit of the printed last digit."""
@@ -54,12 +54,12 @@ def test_seed_000_flops_table(
     assert estimate.attention_share == pytest.approx(attention_share, abs=5e-3)
 
 
-def test_seed_000_crossover_is_6d() -> None:
+def test_article_a_crossover_is_6d() -> None:
     cost = StepCostModel(SEED_MHA, A100)
     assert estimate_prefill(cost, prompt_tokens=512, causal=False).crossover_tokens == 24_576
 
 
-def test_seed_000_ttft_ratio_follows_its_formula_under_ideal_efficiency() -> None:
+def test_article_a_ttft_ratio_follows_its_formula_under_ideal_efficiency() -> None:
     """ratio(n -> 2n) = (48d + 16n) / (24d + 4n): 2x well below, 3x at the crossover."""
     cost = StepCostModel(SEED_MHA, A100)
     lengths = [1024, 2048, 24_576, 49_152, 131_072, 262_144]
@@ -73,7 +73,7 @@ def test_seed_000_ttft_ratio_follows_its_formula_under_ideal_efficiency() -> Non
     assert points[3].ratio_to_previous == pytest.approx(3.0, rel=0.01)
 
 
-def test_seed_000_ratio_approaches_4_far_above_the_crossover() -> None:
+def test_article_a_ratio_approaches_4_far_above_the_crossover() -> None:
     small = ModelSpec(
         num_layers=4,
         hidden_size=256,
@@ -101,7 +101,7 @@ def _a100_calibrated() -> Efficiency:
 
 
 def test_calibrated_a100_reproduces_the_measured_llama_3_8b_table() -> None:
-    """Seed 000's measured TTFT (ms), A100 SXM4, FlashAttention-2, batch 1: MAPE < 10 %."""
+    """Article A's measured TTFT (ms), A100 SXM4, FlashAttention-2, batch 1: MAPE < 10 %."""
     measured = {1 * K: 81, 10 * K: 832, 50 * K: 7_717, 100 * K: 21_731, 128 * K: 32_863}
     cost = StepCostModel(LLAMA3_8B, A100, Deployment(), _a100_calibrated())
     errors = [
@@ -111,8 +111,8 @@ def test_calibrated_a100_reproduces_the_measured_llama_3_8b_table() -> None:
     assert max(errors) < 0.15
 
 
-# Seed 002: LLaMA-7B (N = 7e9), A100 at 312 TFLOP/s and 1.5 TB/s (the 40 GB part's 1.555).
-A100_SEED_002 = GpuSpec(
+# Article B: LLaMA-7B (N = 7e9), A100 at 312 TFLOP/s and 1.5 TB/s (the 40 GB part's 1.555).
+A100_ARTICLE_B = GpuSpec(
     memory_bytes=80 * 10**9,
     memory_bandwidth_bytes_per_s=1.5e12,
     peak_flops_per_s={DType.BF16: 312e12, DType.FP16: 312e12},
@@ -120,34 +120,34 @@ A100_SEED_002 = GpuSpec(
 )
 
 
-def test_seed_002_prefill_lower_bound() -> None:
+def test_article_b_prefill_lower_bound() -> None:
     """2LN/peak = 2*512*7e9/312e12 = 23.0 ms. Llama-2-7B has 6.74e9 parameters, 6.61e9 of them
     outside the embedding, so the engine's ideal TTFT is 4-6 % lower: 10 % tolerance."""
-    estimate = estimate_prefill(StepCostModel(LLAMA2_7B, A100_SEED_002), prompt_tokens=512)
+    estimate = estimate_prefill(StepCostModel(LLAMA2_7B, A100_ARTICLE_B), prompt_tokens=512)
     assert estimate.ttft_ms == pytest.approx(2 * 512 * 7e9 / 312e12 * 1e3, rel=0.10)
 
 
-def test_seed_002_decode_lower_bound_and_utilization() -> None:
+def test_article_b_decode_lower_bound_and_utilization() -> None:
     """TPOT >= 2N/bandwidth = 14e9/1.5e12 = 9.3 ms; utilization 0.045 ms / 9.3 ms = 0.5 %.
     Llama-2-7B reads 13.2 GB of weights (not 14): 7 % tolerance on the time; the utilization,
     FLOPs over bytes times bandwidth over peak, is independent of N (5 %)."""
     estimate = estimate_decode(
-        StepCostModel(LLAMA2_7B, A100_SEED_002), batch_size=1, context_tokens=16
+        StepCostModel(LLAMA2_7B, A100_ARTICLE_B), batch_size=1, context_tokens=16
     )
     assert estimate.tpot_ms == pytest.approx(14e9 / 1.5e12 * 1e3, rel=0.07)
     assert estimate.compute_utilization == pytest.approx(0.045 / 9.3, rel=0.05)
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64, 208])
-def test_seed_002_decode_intensity_equals_batch_without_kv(batch: int) -> None:
-    counts = StepCostModel(LLAMA2_7B, A100_SEED_002).count(decode_load(batch, 1))
+def test_article_b_decode_intensity_equals_batch_without_kv(batch: int) -> None:
+    counts = StepCostModel(LLAMA2_7B, A100_ARTICLE_B).count(decode_load(batch, 1))
     weight_flops = counts.flops - counts.op(OpClass.DECODE_ATTENTION).flops
     assert weight_flops / counts.weight_bytes == pytest.approx(batch, rel=1e-9)
 
 
-def test_seed_002_erratum_kv_cache_of_llama_2_7b() -> None:
+def test_article_b_erratum_kv_cache_of_llama_2_7b() -> None:
     """K and V: 2*32*4096*2 = 524,288 bytes per token, 1.07 GB per 2,048-token sequence, about
-    62 sequences in 80 GB beside 13.5 GB of weights (the seed printed 0.43 GB and 20)."""
+    62 sequences in 80 GB beside 13.5 GB of weights (article B printed 0.43 GB and 20)."""
     assert kv_bytes_per_token(LLAMA2_7B, Deployment()) == 524_288
     per_sequence = kv_bytes_per_sequence(LLAMA2_7B, Deployment(), 2048)
     assert per_sequence / 1e9 == pytest.approx(1.07, abs=0.005)
@@ -186,8 +186,8 @@ def _attention_points(group: int) -> tuple[float, float]:
     return by_phase[RooflinePhase.PREFILL_ATTENTION], by_phase[RooflinePhase.DECODE_ATTENTION]
 
 
-def test_seed_004_fp8_attention_intensities() -> None:
-    """Prefill 2*G*ISL/(G+1) = 58,254 for G=8, ISL=32768 (the seed printed 15,990, which its
+def test_article_c_fp8_attention_intensities() -> None:
+    """Prefill 2*G*ISL/(G+1) = 58,254 for G=8, ISL=32768 (article C printed 15,990, which its
     own formula does not give); decode 2*G*KVSL/(G+KVSL) = 15.99 and 31.99."""
     prefill_8, decode_8 = _attention_points(8)
     prefill_16, decode_16 = _attention_points(16)
@@ -199,8 +199,8 @@ def test_seed_004_fp8_attention_intensities() -> None:
     assert decode_16 / decode_8 == pytest.approx(2.0, rel=0.01)  # and doubles decode
 
 
-def test_seed_000_erratum_h100_ridge_uses_dense_bf16() -> None:
-    """989.4 TFLOP/s dense bf16 over 3.35 TB/s: ridge 295, as seed 002 prints (not 148)."""
+def test_article_a_erratum_h100_ridge_uses_dense_bf16() -> None:
+    """989.4 TFLOP/s dense bf16 over 3.35 TB/s: ridge 295, as article B prints (not 148)."""
     assert roofline(H100).ridge_intensity == pytest.approx(295, abs=0.5)
 
 

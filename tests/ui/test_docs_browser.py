@@ -1,0 +1,112 @@
+"""Swagger UI and ReDoc as a person sees them: in a real headless Chromium, with every request
+that leaves the server refused, so a page that needs a CDN shows blank and fails here.
+
+Needs Debian's `chromium` (`.ci/run` installs it) and Python's `playwright` (the dev extra).
+Under CI=true a missing browser fails the test; elsewhere it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from app.catalog.migrate import upgrade
+from tests.conftest import TEST_API_KEY, reset_database
+from tests.servers import served
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# As the machine's own check runs it: no sandbox as root, no background traffic.
+_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'ridgeline.db'}"
+    upgrade(url)
+    reset_database(url)
+    with served(url) as (base, _):
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if CHROMIUM is None:
+        message = "needs Debian's chromium (apt-get install chromium)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true: {message}")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=_FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def _offline_page(browser: object, base: str) -> tuple[object, list[str]]:
+    """A page that may reach `base` only; the other requests it tries are listed."""
+    host = urlsplit(base).netloc
+    page = browser.new_page()  # type: ignore[attr-defined]
+    refused: list[str] = []
+
+    def route(request_route: object) -> None:
+        url = request_route.request.url  # type: ignore[attr-defined]
+        if urlsplit(url).netloc == host or url.startswith(("data:", "blob:")):
+            request_route.continue_()  # type: ignore[attr-defined]
+        else:
+            refused.append(url)
+            request_route.abort()  # type: ignore[attr-defined]
+
+    page.route("**/*", route)
+    return page, refused
+
+
+def test_swagger_ui_renders_every_operation_offline(
+    server: str, browser: object, tmp_path: Path
+) -> None:
+    page, refused = _offline_page(browser, server)
+    page.goto(f"{server}/docs")  # type: ignore[attr-defined]
+    page.wait_for_selector(".opblock", timeout=20_000)  # type: ignore[attr-defined]
+    operations = page.locator(".opblock").count()  # type: ignore[attr-defined]
+    assert operations >= 35
+    assert page.locator("button.authorize").count() == 1  # type: ignore[attr-defined]
+    # Authorize with a key, open an estimate, and run its example from the UI.
+    page.click("button.authorize")  # type: ignore[attr-defined]
+    page.fill(".auth-container input[type=text], .auth-container input", TEST_API_KEY)  # type: ignore[attr-defined]
+    page.locator(".auth-btn-wrapper button.authorize").first.click()  # type: ignore[attr-defined]
+    page.click("button.btn-done")  # type: ignore[attr-defined]
+    prefill = page.locator("#operations-estimates-estimate_prefill_v1_estimates_prefill_post")  # type: ignore[attr-defined]
+    prefill.locator(".opblock-summary").click()
+    prefill.locator("button.try-out__btn").click()
+    body = prefill.locator("textarea.body-param__text").input_value()
+    assert '"llama-3-8b"' in body and '"prompt_tokens": 2048' in body
+    prefill.locator("button.execute").click()
+    status = prefill.locator(".live-responses-table tr.response td.response-col_status").first
+    status.wait_for(timeout=20_000)
+    assert status.inner_text().strip().startswith("200")
+    page.screenshot(path=str(tmp_path / "docs.png"), full_page=False)  # type: ignore[attr-defined]
+    if os.environ.get("RIDGELINE_UI_SHOTS"):
+        page.screenshot(path=os.environ["RIDGELINE_UI_SHOTS"] + "/docs.png")  # type: ignore[attr-defined]
+    assert all(urlsplit(url).netloc != "cdn.jsdelivr.net" for url in refused)
+
+
+def test_redoc_renders_offline(server: str, browser: object) -> None:
+    page, _ = _offline_page(browser, server)
+    page.goto(f"{server}/redoc")  # type: ignore[attr-defined]
+    page.wait_for_selector("[data-section-id]", timeout=30_000)  # type: ignore[attr-defined]
+    assert page.locator("[data-section-id]").count() >= 35  # type: ignore[attr-defined]
