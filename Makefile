@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
 
-.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans clean
+.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans bench-heavy clean
 
 help:
 	@echo "make run      set up, migrate, load the catalog and serve on http://$(HOST):$(PORT) (docs at /docs)"
@@ -82,6 +82,9 @@ bench-estimates: $(VENV)/.installed-dev
 
 bench-simulator: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_simulator.py
+
+bench-heavy: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_heavy.py
 
 bench-plans: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_plans.py

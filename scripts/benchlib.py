@@ -33,6 +33,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    max_ms: float = 0.0
 
 
 def _free_port() -> int:
@@ -68,6 +69,8 @@ def running_server(log_level: str = "INFO", **settings: str) -> Iterator[str]:
                 "--port",
                 str(port),
                 "--no-access-log",
+                "--timeout-graceful-shutdown",
+                "5",
             ],
             env={**env, "PYTHONPATH": str(ROOT)},
             cwd=ROOT,
@@ -149,12 +152,15 @@ def wrk(
         os.unlink(script.name)
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     latency = {p: float(v) * _UNITS[u] for p, v, u in _LATENCY.findall(out)}
+    # "Latency   1.20ms  0.40ms  15.00ms   90.0%": mean, deviation, max, share within one.
+    spread = re.search(r"^\s*Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", out, re.MULTILINE)
+    max_ms = float(spread.group(1)) * _UNITS[spread.group(2)] if spread else 0.0
     errors_match = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     socket_errors = re.search(r"Socket errors:.*", out)
     errors = int(errors_match.group(1)) if errors_match else 0
     if socket_errors:
         errors += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(0)))
-    return Result(name, rate, latency["50"], latency["99"], errors)
+    return Result(name, rate, latency["50"], latency["99"], errors, max_ms)
 
 
 def print_table(results: list[Result], baseline: Result) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,9 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.api.heavy import HeavyWork
 from app.catalog.db import make_engine, make_session_factory
 from app.catalog.migrate import upgrade
 from app.catalog.orm import GpuRow
+from app.main import create_app
 from app.services import catalog
 from app.services.catalog import Precondition
 from app.services.errors import AlreadyExists, PreconditionFailed
@@ -233,3 +237,32 @@ def test_racing_creates_of_one_id_are_one_201_and_409s(
 
 def _model_fields() -> dict[str, object]:
     return {name: value for name, value in new_model().items() if name != "id"}
+
+
+def test_a_locked_sqlite_database_is_503_busy_then_the_write_lands(
+    sqlite_settings: Settings, heavy_work: HeavyWork
+) -> None:
+    """Another process holds SQLite's write lock past the busy timeout: the write is retried,
+    then answered 503 `busy` with Retry-After (contention, not "the database cannot be
+    reached"), and nothing of it is stored; once the lock is free the same write lands."""
+    settings = sqlite_settings.model_copy(update={"sqlite_busy_timeout_ms": 100})
+    path = settings.database_url.removeprefix("sqlite:///")
+    holder = sqlite3.connect(path, isolation_level=None)
+    with TestClient(create_app(settings, heavy_work), raise_server_exceptions=False) as client:
+        version = client.get("/v1/gpus/l4-24gb").json()["version"]
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.perf_counter()
+            response = client.patch("/v1/gpus/l4-24gb", json={"tdp_watts": 71}, headers=AUTH)
+            elapsed = time.perf_counter() - started
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert response.status_code == 503, response.text
+        assert response.json()["type"] == "/problems/busy"
+        assert response.headers["retry-after"] == "1"
+        assert elapsed < 3.0
+        assert client.get("/v1/gpus/l4-24gb").json()["version"] == version
+        landed = client.patch("/v1/gpus/l4-24gb", json={"tdp_watts": 71}, headers=AUTH)
+        assert landed.status_code == 200
+        assert landed.json()["version"] == version + 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from typing import Any
 
 import pytest
@@ -316,3 +317,24 @@ def test_plans_serve_the_checkpoint_format_unless_asked_and_flag_quantisation(
     assert by_format["fp8"]["quantized_from"] == "bf16"
     assert by_format["bf16"]["quantized_from"] is None
     assert any("quantise the model's bf16 checkpoint" in note for note in both["notes"])
+
+
+def test_a_plan_over_its_step_budget_is_refused_before_it_runs(client: TestClient) -> None:
+    """0.05 requests/s of 256-token outputs probed with 20,000 requests: each probe decodes
+    every request alone, about 5 million steps, five probes for the one plan: over the
+    15 million a plan may take. Refused in well under the seconds one probe would take."""
+    started = time.perf_counter()
+    response = client.post(
+        "/v1/plans",
+        json=plan_body(
+            traffic=dict(PLAN["traffic"], requests_per_s=0.05),
+            probe_requests=20_000,
+            max_plans=1,
+        ),
+        headers=AUTH,
+    )
+    assert time.perf_counter() - started < 5.0
+    assert response.status_code == 422, response.text
+    error = response.json()["errors"][0]
+    assert error["field"] == "probe_requests"
+    assert "known before any ran" in error["message"]

@@ -57,6 +57,7 @@ from app.engine.planning.results import (
 )
 from app.engine.planning.screening import Candidate, finite, screen
 from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate, search_replicas
+from app.engine.simulator import expected_steps
 from app.engine.specs import ModelSpec, SpecError
 
 __all__ = ["plan_capacity"]
@@ -151,6 +152,38 @@ class _Found:
         return self.replicas * c.deployment.tp * c.offer.price_per_gpu_hour_usd
 
 
+PROBES_PER_PLANNED_CANDIDATE = 5
+"""A returned plan's probes at least: the replica search's first, up to three narrowing the
+sustainable rate, one for the predicted latencies."""
+
+
+def _check_budget(
+    live: Sequence[Candidate],
+    sample: ProbeSample,
+    demand: float,
+    keep: int,
+    options: PlanOptions,
+) -> None:
+    """`SpecError` before any probe runs when the plan would need more simulated steps than its
+    budget: the candidates that must be planned (the `keep` cheapest by their cost bound; every
+    one when exhaustive) times `PROBES_PER_PLANNED_CANDIDATE` probes each, every probe at its
+    `expected_steps` at the candidate's first rate (demand / k_min, the busiest and so the
+    fewest steps of its probes). An estimate of the least the plan needs, so a plan refused
+    here would have run out of budget anyway, after minutes."""
+    planned = live if options.exhaustive else live[:keep]
+    needed = 0
+    for candidate in planned:
+        trace = sample.trace(demand / candidate.k_min)
+        needed += PROBES_PER_PLANNED_CANDIDATE * expected_steps(
+            trace, candidate.timer, candidate.scheduler
+        )
+    if needed > options.max_simulated_steps:
+        raise StepBudget(options.max_simulated_steps).exhausted(
+            f"about {needed:,} steps for the {len(planned)} candidate(s) it must plan, "
+            "known before any ran"
+        )
+
+
 def plan_capacity(
     model: ModelSpec,
     offers: Sequence[GpuOffer],
@@ -177,6 +210,7 @@ def plan_capacity(
     live.sort(key=lambda c: (c.cost_bound, -c.capacity_rps, c.order))
     keep = options.max_plans
     budget = StepBudget(options.max_simulated_steps)
+    _check_budget(live, sample, demand, keep, options)
 
     found: list[_Found] = []
     pruned: list[CandidatePlan] = []
