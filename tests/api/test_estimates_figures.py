@@ -95,7 +95,7 @@ def test_calibrated_a100_reproduces_article_a_measured_table(client: TestClient)
     ]
     assert sum(errors) / len(errors) < 0.10
     assert answer["target"]["efficiency"]["mode"] == "calibrated"
-    assert "seed" in answer["target"]["efficiency"]["source"].lower()
+    assert "article a" in answer["target"]["efficiency"]["source"].lower()
 
 
 def test_article_b_prefill_and_decode_lower_bounds(client: TestClient) -> None:

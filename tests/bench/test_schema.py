@@ -202,7 +202,7 @@ class TestReferenceRun:
         document = RunDocument.model_validate_json(REFERENCE.read_text(encoding="utf-8"))
         assert document.provenance.kind is ProvenanceKind.PUBLISHED
         assert document.provenance.source is not None
-        assert "article A" in document.provenance.source
+        assert "Article A of docs/model.md" in document.provenance.source
         assert document.provenance.note is not None
         assert "K = 1024" in document.provenance.note
         assert document.gpu == "a100-sxm4-80gb"
