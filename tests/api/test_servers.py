@@ -185,3 +185,40 @@ def test_heavy_work_is_admitted_refused_and_cancelled(tmp_path: Path) -> None:
                 assert 'ridgeline_heavy_jobs_total{outcome="refused"} 1.0' in metrics
 
         asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_readiness_reports_exhausted_worker_threads_within_a_second(database: str) -> None:
+    """Writers queued behind a held row lock take every worker thread and more wait: /readyz
+    answers 503 naming it, within a second; once the lock goes, 200 again."""
+    import psycopg  # noqa: PLC0415
+
+    dsn = database.replace("postgresql+psycopg://", "postgresql://")
+    with (
+        served(database, db_lock_timeout_ms="4000", worker_threads="4") as (base, _),
+        psycopg.connect(dsn) as holder,
+    ):
+        holder.execute("SELECT id FROM gpus WHERE id = 'l4-24gb' FOR UPDATE")
+
+        async def scenario() -> None:
+            async with httpx.AsyncClient(timeout=30) as client:
+                writers = [
+                    asyncio.ensure_future(
+                        client.patch(
+                            f"{base}/v1/gpus/l4-24gb", json={"tdp_watts": 70 + i}, headers=AUTH
+                        )
+                    )
+                    for i in range(8)
+                ]
+                await asyncio.sleep(1.0)
+                started = time.perf_counter()
+                ready = await client.get(f"{base}/readyz")
+                assert time.perf_counter() - started < 1.0
+                assert ready.status_code == 503, ready.text
+                assert "worker threads are busy" in ready.json()["detail"]
+                holder.rollback()
+                await asyncio.gather(*writers)
+                assert (await client.get(f"{base}/readyz")).status_code == 200
+
+        asyncio.run(scenario())
