@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from app.catalog.db import make_engine, make_session_factory
-from app.catalog.migrate import upgrade
-from app.services.catalog_loader import load_bundled_catalog
+from app.catalog.loader import load_bundled_catalog
+from app.db.migrate import upgrade
+from app.db.session import make_engine, make_session_factory
 from app.settings import get_settings
 
 __all__ = ["main", "openapi_document"]

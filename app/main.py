@@ -12,27 +12,25 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
-from app.api.docs_ui import install_docs
-from app.api.heavy import HeavyWork, HeavyWorkLimits
-from app.api.memo import ResponseMemo
-from app.api.middleware import HttpMetrics, ObservabilityMiddleware
-from app.api.openapi import install_openapi
-from app.api.problems import install_problem_handlers
-from app.api.routes import (
-    benchmark_runs,
-    calibrations,
-    estimates,
-    gpus,
-    health,
-    models,
-    plans,
-    simulations,
-)
-from app.catalog.db import DatabaseLimits, make_engine, make_session_factory
+from app.catalog import endpoints as models
+from app.catalog import gpu_endpoints as gpus
+from app.catalog.loader import load_bundled_catalog
+from app.catalog.spec_cache import SpecCache
+from app.db.session import DatabaseLimits, make_engine, make_session_factory
+from app.estimates import endpoints as estimates
 from app.logs import configure_logging
-from app.services.catalog_loader import load_bundled_catalog
-from app.services.spec_cache import SpecCache
+from app.plans import endpoints as plans
+from app.runs import calibration_endpoints as calibrations
+from app.runs import endpoints as benchmark_runs
 from app.settings import Settings, get_settings
+from app.simulations import endpoints as simulations
+from app.web import health
+from app.web.docs_ui import install_docs
+from app.web.heavy import HeavyWork, HeavyWorkLimits
+from app.web.memo import ResponseMemo
+from app.web.middleware import HttpMetrics, ObservabilityMiddleware
+from app.web.openapi import install_openapi
+from app.web.problems import install_problem_handlers
 
 __all__ = ["create_app"]
 
@@ -109,7 +107,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         summary="Capacity planning for large-language-model inference.",
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,  # served from the package's own assets: app.api.docs_ui
+        docs_url=None,  # served from the package's own assets: app.web.docs_ui
         redoc_url=None,
     )
     app.state.settings = settings

@@ -1,5 +1,5 @@
 """Alembic environment: runs against RIDGELINE_DATABASE_URL, or a connection a caller passes in
-`config.attributes["connection"]` (the tests and `app.catalog.migrate` do)."""
+`config.attributes["connection"]` (the tests and `app.db.migrate` do)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from app.catalog import tables  # noqa: F401  (registers every table on Base.metadata)
-from app.catalog.db import Base, make_engine
+from app.db import tables  # noqa: F401  (registers every table on Base.metadata)
+from app.db.session import Base, make_engine
 from app.settings import get_settings
 
 config = context.config

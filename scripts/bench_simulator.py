@@ -20,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
 from app.engine.simulator import SchedulerConfig, SimulationResult, simulate
 from app.engine.specs import (
@@ -29,8 +31,6 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload, Trace
-from app.services.catalog_loader import bundled_gpus, bundled_models
-from app.services.specs import gpu_spec_from_fields, model_spec_from_fields
 
 
 def catalog_target() -> tuple[ModelSpec, GpuSpec]:

@@ -19,13 +19,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from app.api.heavy import HeavyWork, HeavyWorkLimits
-from app.catalog.db import make_engine, make_session_factory
-from app.catalog.migrate import upgrade
-from app.catalog.tables import Base
+from app.catalog.loader import load_bundled_catalog
+from app.db.migrate import upgrade
+from app.db.session import make_engine, make_session_factory
+from app.db.tables import Base
 from app.main import create_app
-from app.services.catalog_loader import load_bundled_catalog
 from app.settings import Settings
+from app.web.heavy import HeavyWork, HeavyWorkLimits
 
 TEST_API_KEY = "test-key-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TEST_API_KEY}"}

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from app.bench.schema import AttentionBackend
+from app.formats.run_document import AttentionBackend
 
 __all__ = ["AttentionKernel", "choose_kernel", "decode_attention", "prefill_attention"]
 

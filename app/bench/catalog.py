@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from app.bench.schema import RunModelSpec
-from app.catalog.hf_config import parse_hf_config
+from app.formats.hf_config import parse_hf_config
+from app.formats.run_document import RunModelSpec
 
 __all__ = [
     "ModelResolutionError",

@@ -43,9 +43,9 @@ from app.bench.config import (
 )
 from app.bench.report import format_summary
 from app.bench.runner import BenchOutcome, Workload, run_benchmark
-from app.bench.schema import DeviceKind, RunDocument, RunModelSpec
 from app.bench.upload import UploadError, upload_run
 from app.engine.dtypes import DType
+from app.formats.run_document import DeviceKind, RunDocument, RunModelSpec
 
 MISSING_EXTRA = (
     "needs PyTorch and tqdm, the bench extra. On a GPU node: pip install '.[bench]'. On a "

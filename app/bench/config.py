@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.bench.schema import DeviceKind, Phase, RunModelSpec
 from app.engine.dtypes import DType
 from app.engine.units import MIB
+from app.formats.run_document import DeviceKind, Phase, RunModelSpec
 
 __all__ = [
     "BENCH_DTYPES",

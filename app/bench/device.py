@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from app.bench.schema import DeviceKind
 from app.bench.timing import HostTimer, Timer
 from app.engine.dtypes import DType
+from app.formats.run_document import DeviceKind
 
 __all__ = [
     "TORCH_DTYPES",

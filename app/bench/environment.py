@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from app.bench.schema import DeviceKind, Environment
+from app.formats.run_document import DeviceKind, Environment
 
 __all__ = ["collect_environment", "cpu_model_name", "nvidia_driver_version"]
 

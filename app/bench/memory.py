@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.bench.config import PointPlan
-from app.bench.schema import Phase, RunModelSpec
 from app.engine.params import count_params
 from app.engine.specs import FfnType
+from app.formats.run_document import Phase, RunModelSpec
 
 __all__ = [
     "GIB",

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 
 from app.bench.attention import AttentionKernel, decode_attention, prefill_attention
-from app.bench.schema import RunModelSpec
 from app.engine.specs import FfnType
+from app.formats.run_document import RunModelSpec
 
 __all__ = ["Decoder", "KvCache"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.bench.schema import Phase, RunDocument
+from app.formats.run_document import Phase, RunDocument
 
 __all__ = ["format_summary"]
 

@@ -27,7 +27,8 @@ from typing import Protocol
 
 from app.bench.config import BenchConfig, PointPlan, plan_points
 from app.bench.memory import interrupted_during, is_out_of_memory, out_of_memory_error
-from app.bench.schema import (
+from app.bench.timing import TimingStats
+from app.formats.run_document import (
     INTERRUPTED_REASON,
     SCHEMA_VERSION,
     AttentionBackend,
@@ -39,7 +40,6 @@ from app.bench.schema import (
     RunPoint,
     Skip,
 )
-from app.bench.timing import TimingStats
 
 __all__ = ["BenchOutcome", "Workload", "is_out_of_memory", "run_benchmark"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from app.bench.schema import RunDocument
+from app.formats.run_document import RunDocument
 
 __all__ = ["UploadError", "upload_run"]
 

@@ -40,8 +40,14 @@ from app.bench.memory import (
     weight_bytes,
 )
 from app.bench.model import Decoder
-from app.bench.schema import AttentionBackend, DeviceKind, Environment, Microbenchmarks, Phase
 from app.bench.timing import TimingStats, measure
+from app.formats.run_document import (
+    AttentionBackend,
+    DeviceKind,
+    Environment,
+    Microbenchmarks,
+    Phase,
+)
 
 __all__ = ["GraphCapture", "TorchWorkload"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
-from app.catalog.db import Base, UtcDateTime
+from app.db.session import Base, UtcDateTime
 
 __all__ = ["CatalogEntry", "CatalogTombstone", "GpuRow", "ModelRow", "utcnow"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from app.catalog.db import make_engine
 from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+from app.db.session import make_engine
 
 NEW_GPU: dict[str, Any] = {
     "id": "test-gpu-96gb",

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.catalog.migrate import upgrade
+from app.db.migrate import upgrade
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import AUTH, TEST_API_KEY, reset_database

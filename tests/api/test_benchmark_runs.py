@@ -13,13 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.bench.schema import RunDocument
-from app.catalog.db import make_engine, make_session_factory
-from app.catalog.runs import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
-from app.services.benchmark_runs import upsert_bundled_run
-from app.services.catalog import LoadOutcome
-from app.services.catalog_loader import load_bundled_catalog
-from app.services.spec_cache import SpecCache
+from app.catalog.loader import load_bundled_catalog
+from app.catalog.service import LoadOutcome
+from app.catalog.spec_cache import SpecCache
+from app.db.session import make_engine, make_session_factory
+from app.formats.run_document import RunDocument
+from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
+from app.runs.service import upsert_bundled_run
 from app.settings import Settings
 from tests.conftest import AUTH
 

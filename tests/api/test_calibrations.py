@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 
-import app.services.calibration as calibration_service
-from app.catalog.db import make_engine
+import app.runs.calibration as calibration_service
 from app.catalog.orm import GpuRow
+from app.db.session import make_engine
 from app.engine.calibration import (
     CalibrationPoint,
     CalibrationResult,

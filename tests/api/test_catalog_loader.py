@@ -6,9 +6,9 @@ from collections import Counter
 
 from fastapi.testclient import TestClient
 
-from app.catalog.db import make_engine, make_session_factory
-from app.services.catalog import LoadOutcome
-from app.services.catalog_loader import bundled_gpus, bundled_models, load_bundled_catalog
+from app.catalog.loader import bundled_gpus, bundled_models, load_bundled_catalog
+from app.catalog.service import LoadOutcome
+from app.db.session import make_engine, make_session_factory
 from app.settings import Settings
 from tests.api.catalog_helpers import new_gpu
 from tests.conftest import AUTH

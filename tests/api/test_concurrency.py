@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.heavy import HeavyWork
-from app.catalog.db import make_engine, make_session_factory
-from app.catalog.migrate import upgrade
+from app.catalog import service as catalog
 from app.catalog.orm import GpuRow
+from app.catalog.service import Precondition
+from app.db.migrate import upgrade
+from app.db.session import make_engine, make_session_factory
+from app.errors import AlreadyExists, PreconditionFailed
 from app.main import create_app
-from app.services import catalog
-from app.services.catalog import Precondition
-from app.services.errors import AlreadyExists, PreconditionFailed
 from app.settings import Settings
+from app.web.heavy import HeavyWork
 from tests.api.catalog_helpers import new_model
 from tests.conftest import AUTH, TEST_API_KEY, reset_database
 
@@ -94,7 +94,7 @@ def test_both_read_before_either_writes_on_sqlite(
     outcomes: dict[str, str] = {}
 
     def writer(name: str, watts: float) -> None:
-        # As a request's unit of work does (app.api.deps.write_in_session): commit at the end.
+        # As a request's unit of work does (app.web.deps.write_in_session): commit at the end.
         with factory() as session:
             try:
                 catalog.gpu_entries(session).patch(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.route_table import template_of
 from app.settings import Settings
+from app.web.route_table import template_of
 from tests.api.catalog_helpers import new_gpu, new_model, snapshot
 from tests.conftest import AUTH
 

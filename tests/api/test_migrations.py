@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import inspect
 
-from app.catalog.db import Base, make_engine
-from app.catalog.migrate import downgrade, upgrade
+from app.db.migrate import downgrade, upgrade
+from app.db.session import Base, make_engine
 
 
 def _tables(url: str) -> set[str]:

@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.catalog.db import make_engine
+from app.db.session import make_engine
 
 
 def test_healthz(client: TestClient) -> None:
@@ -78,7 +78,7 @@ def test_access_log_is_json_with_request_id(
 def test_unexpected_error_is_a_problem_not_a_traceback(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.services import catalog  # noqa: PLC0415
+    from app.catalog import service as catalog  # noqa: PLC0415
 
     def explode(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("secret internals")

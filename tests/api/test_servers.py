@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.catalog.migrate import upgrade
+from app.db.migrate import upgrade
 from tests.conftest import AUTH, reset_database
 from tests.servers import served
 

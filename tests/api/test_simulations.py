@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
-from app.services.catalog_loader import bundled_gpus, bundled_models
-from app.services.specs import gpu_spec_from_fields, model_spec_from_fields
 from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from app.catalog.db import make_engine, make_session_factory
-from app.services.spec_cache import NotCached, SpecCache
+from app.catalog.spec_cache import NotCached, SpecCache
+from app.db.session import make_engine, make_session_factory
 from app.settings import Settings
 
 GPU = "h100-sxm5-80gb"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.bench.schema import Phase, RunDocument
+from app.formats.run_document import Phase, RunDocument
 
 pytest.importorskip("torch")
 

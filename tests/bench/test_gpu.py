@@ -13,7 +13,7 @@ from app.bench.__main__ import main  # noqa: E402 - after the importorskip
 from app.bench.attention import choose_kernel  # noqa: E402
 from app.bench.device import capture_cuda_graph  # noqa: E402
 from app.bench.model import Decoder  # noqa: E402
-from app.bench.schema import (  # noqa: E402
+from app.formats.run_document import (  # noqa: E402
     AttentionBackend,
     DeviceKind,
     Phase,

@@ -25,7 +25,7 @@ def _run_without_torch(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_schema_and_package_import_without_torch() -> None:
     result = _run_without_torch(
-        "import app.bench, app.bench.schema, app.bench.timing, app.bench.config\n"
+        "import app.bench, app.formats.run_document, app.bench.timing, app.bench.config\n"
         "import app.bench.runner, app.bench.cli, app.bench.upload, app.bench.catalog\n"
         "import app.bench.memory\n"
         "print('ok')"

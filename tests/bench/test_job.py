@@ -20,7 +20,9 @@ from app.bench.cli import interrupt_on_termination, parse_options, run  # noqa: 
 from app.bench.config import BenchConfig, PointPlan  # noqa: E402
 from app.bench.memory import PredictedOutOfMemory  # noqa: E402
 from app.bench.model import Decoder  # noqa: E402
-from app.bench.schema import (  # noqa: E402
+from app.bench.timing import TimingStats  # noqa: E402
+from app.bench.workload import TorchWorkload  # noqa: E402
+from app.formats.run_document import (  # noqa: E402
     INTERRUPTED_REASON,
     AttentionBackend,
     DeviceKind,
@@ -29,8 +31,6 @@ from app.bench.schema import (  # noqa: E402
     RunDocument,
     RunModelSpec,
 )
-from app.bench.timing import TimingStats  # noqa: E402
-from app.bench.workload import TorchWorkload  # noqa: E402
 
 from .conftest import TINY_ENTRY  # noqa: E402
 

@@ -17,7 +17,7 @@ from app.bench.memory import (
     point_bytes,
     weight_bytes,
 )
-from app.bench.schema import Phase, RunModelSpec
+from app.formats.run_document import Phase, RunModelSpec
 
 from .conftest import TINY_ENTRY
 

@@ -18,7 +18,7 @@ from app.bench.attention import (  # noqa: E402 - after the importorskip
 )
 from app.bench.memory import parameter_count  # noqa: E402
 from app.bench.model import Decoder  # noqa: E402
-from app.bench.schema import AttentionBackend, RunModelSpec  # noqa: E402
+from app.formats.run_document import AttentionBackend, RunModelSpec  # noqa: E402
 
 from .conftest import TINY_ENTRY  # noqa: E402
 

@@ -9,7 +9,8 @@ import pytest
 from app.bench.config import BenchConfig, PointPlan, plan_points
 from app.bench.memory import PredictedOutOfMemory
 from app.bench.runner import is_out_of_memory, run_benchmark
-from app.bench.schema import (
+from app.bench.timing import TimingStats
+from app.formats.run_document import (
     INTERRUPTED_REASON,
     AttentionBackend,
     DeviceKind,
@@ -18,7 +19,6 @@ from app.bench.schema import (
     Phase,
     RunModelSpec,
 )
-from app.bench.timing import TimingStats
 
 from .conftest import TINY_ENTRY
 

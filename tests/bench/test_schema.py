@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.bench.schema import (
+from app.formats.run_document import (
     INTERRUPTED_REASON,
     Phase,
     ProvenanceKind,
@@ -21,7 +21,9 @@ from app.bench.schema import (
 
 from .conftest import valid_document_dict
 
-REFERENCE = Path(__file__).parents[2] / "app/bench/reference/seed000-a100-sxm4-80gb-llama-3-8b.json"
+REFERENCE = (
+    Path(__file__).parents[2] / "app/formats/reference/seed000-a100-sxm4-80gb-llama-3-8b.json"
+)
 
 Mutation = Callable[[dict[str, Any]], None]
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.schema import RunDocument
 from app.bench.upload import UploadError, upload_run
+from app.formats.run_document import RunDocument
 
 
 @pytest.fixture

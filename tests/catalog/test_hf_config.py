@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from app.catalog.hf_config import (
+from app.engine.params import count_params
+from app.formats.hf_config import (
     SUPPORTED_ARCHITECTURES,
     HfConfigError,
     HfModelFields,
     parse_hf_config,
 )
-from app.engine.params import count_params
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 # Fixture file stem == catalog id; each file is the repository's published config.json.

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.catalog.migrate import upgrade
+from app.db.migrate import upgrade
 from tests.conftest import TEST_API_KEY, reset_database
 from tests.servers import served
 

@@ -1,0 +1,188 @@
+"""Catalog entries as engine specs, cached per process for the estimate hot path.
+
+An estimate names its GPU and model by id many times a second; reading two rows per request
+would cost more than the estimate itself. Entries are cached for `ttl_s` and dropped the moment a
+write through this process commits, so the next estimate here sees the write; a write through
+another replica is seen within `ttl_s`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.catalog.lookup import find_entry, nearest, shown
+from app.catalog.repository import GpuRepository, ModelRepository
+from app.catalog.service import gpu_spec_of, model_spec_of
+from app.catalog.specs import invalid_spec
+from app.engine.specs import GpuSpec, ModelSpec, SpecError
+from app.errors import InvalidInput
+from app.runs.validation import expected_error_pct
+
+__all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedGpu:
+    spec: GpuSpec
+    version: int
+    price_per_gpu_hour_usd: float | None
+    efficiency_fields: dict[str, Any] | None
+    expected_error_pct: dict[str, float] = field(default_factory=dict)
+    """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
+    of `error_pct` over its stored runs under its current efficiency
+    (`app.runs.validation.expected_error_pct`), computed when the entry is cached."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedModel:
+    spec: ModelSpec
+    version: int
+    params_total: int
+    params_active: int
+
+
+E = TypeVar("E", CachedGpu, CachedModel)
+
+
+class NotCached(Exception):
+    """An entry `SpecCache.cached_only` forbade reading from the database: not cached, or
+    expired or dropped since the caller checked."""
+
+
+class SpecCache:
+    """Safe to share between the event loop and the thread pool: a fill that read the database
+    while a write was dropping entries is returned to its caller but not kept, so no committed
+    write is hidden behind an entry read before it."""
+
+    def __init__(
+        self,
+        session_factory: sessionmaker[Session],
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session_factory = session_factory
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._gpus: dict[str, tuple[float, CachedGpu, int]] = {}
+        self._models: dict[str, tuple[float, CachedModel, int]] = {}
+        self._fills = itertools.count(1)  # each cache fill gets a new generation number
+        self._drops = 0  # invalidations so far; a fill that saw it change is not kept
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def peek_gpu(self, gpu_id: str) -> CachedGpu | None:
+        """The GPU's entry while it is cached and fresh, else None; never reads the database."""
+        return self._peek(self._gpus, gpu_id)
+
+    def generations(self, *, model: object = None, gpu: object = None) -> tuple[int, int] | None:
+        """Which fill of the cached `model` and `gpu` entries an answer would use (0 for an inline
+        spec or none), or None when one is not cached. A write, a run upload or expiry makes a
+        new fill, so answers keyed by generation never outlive the entries they came from."""
+        now = self._clock()
+        numbers = []
+        for ref, table in ((model, self._models), (gpu, self._gpus)):
+            if not isinstance(ref, str):
+                numbers.append(0)
+                continue
+            hit = table.get(ref)
+            if hit is None or hit[0] <= now:
+                return None
+            numbers.append(hit[2])
+        return numbers[0], numbers[1]
+
+    @contextmanager
+    def cached_only(self) -> Iterator[None]:
+        """Within the block, on this thread, a miss raises `NotCached` instead of reading the
+        database: how the event loop computes on cached entries without ever blocking."""
+        self._local.cached_only = True
+        try:
+            yield
+        finally:
+            self._local.cached_only = False
+
+    def gpu(self, gpu_id: str, field: str = "gpu") -> CachedGpu:
+        """The GPU's spec; a 422 naming `field` when the catalog has no such id."""
+        return self._get(self._gpus, gpu_id, lambda session: _load_gpu(session, gpu_id, field))
+
+    def model(self, model_id: str, field: str = "model") -> CachedModel:
+        """The model's spec; a 422 naming `field` when the catalog has no such id."""
+        return self._get(
+            self._models, model_id, lambda session: _load_model(session, model_id, field)
+        )
+
+    def invalidate(self, kind: str, entry_id: str) -> None:
+        """Drop the entry of `kind` (`gpu` or `model`) `entry_id`, under whatever name it was
+        asked for (an alias, a repository): its next use reads it again."""
+        table: dict[str, Any] = self._gpus if kind == "gpu" else self._models
+        with self._lock:
+            self._drops += 1
+            for name in [n for n, (_, entry, _) in table.items() if entry.spec.id == entry_id]:
+                del table[name]
+            table.pop(entry_id, None)
+
+    # internals
+
+    def _peek(self, table: dict[str, tuple[float, E, int]], entry_id: str) -> E | None:
+        hit = table.get(entry_id)
+        return hit[1] if hit is not None and hit[0] > self._clock() else None
+
+    def _get(
+        self,
+        table: dict[str, tuple[float, E, int]],
+        entry_id: str,
+        load: Callable[[Session], E],
+    ) -> E:
+        cached = self._peek(table, entry_id)
+        if cached is not None:
+            return cached
+        if getattr(self._local, "cached_only", False):
+            raise NotCached(entry_id)
+        drops = self._drops
+        with self._session_factory() as session:
+            entry = load(session)
+        with self._lock:
+            if self._drops == drops:  # no write dropped entries while this one was read
+                table[entry_id] = (self._clock() + self._ttl_s, entry, next(self._fills))
+        return entry
+
+
+def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
+    repository = GpuRepository(session)
+    row = find_entry(repository, gpu_id)
+    if row is None:
+        hint = nearest(repository, gpu_id)
+        raise InvalidInput.at(field, f"no GPU with id or device name {shown(gpu_id)}{hint}")
+    try:
+        spec = gpu_spec_of(row)
+    except SpecError as error:
+        raise invalid_spec(error, field) from None
+    return CachedGpu(
+        spec,
+        row.version,
+        row.price_per_gpu_hour_usd,
+        row.efficiency,
+        expected_error_pct(session, row.id, spec),
+    )
+
+
+def _load_model(session: Session, model_id: str, field: str) -> CachedModel:
+    repository = ModelRepository(session)
+    row = find_entry(repository, model_id)
+    if row is None:
+        hint = nearest(repository, model_id)
+        raise InvalidInput.at(
+            field, f"no model with id or Hugging Face repository {shown(model_id)}{hint}"
+        )
+    try:
+        spec = model_spec_of(row)
+    except SpecError as error:
+        raise invalid_spec(error, field) from None
+    return CachedModel(spec, row.version, row.params_total, row.params_active)

@@ -1,0 +1,102 @@
+"""Catalog entries and inline request specs, mapped onto the engine's spec classes.
+
+One mapping serves both a stored row and an inline spec in a request body, so the engine sees the
+same thing whichever way a caller names a GPU or a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.engine.dtypes import DType
+from app.engine.specs import (
+    Efficiency,
+    FfnType,
+    GpuSpec,
+    InterconnectSpec,
+    ModelSpec,
+    MoeSpec,
+    SpecError,
+)
+from app.errors import InvalidInput
+
+__all__ = [
+    "GENERIC_EFFICIENCY",
+    "efficiency_from_fields",
+    "gpu_spec_from_fields",
+    "invalid_spec",
+    "model_spec_from_fields",
+]
+
+# Used for a GPU that has neither a calibration nor a bundled default (a user's new part):
+# the median of the bundled defaults, rounded, and said to be so.
+GENERIC_EFFICIENCY = Efficiency(
+    gemm=0.6,
+    attention=0.55,
+    memory=0.8,
+    communication=0.75,
+    overhead_ms=1.0,
+    source=(
+        "generic default: this GPU has no calibration; values near the median of the bundled "
+        "GPUs' defaults. Calibrate it from a benchmark run (POST /v1/gpus/{id}/calibrations)."
+    ),
+)
+
+_EFFICIENCY_FIELDS = ("gemm", "attention", "memory", "communication", "overhead_ms", "source")
+
+
+def invalid_spec(error: SpecError, prefix: str = "") -> InvalidInput:
+    """A 422 naming the request field behind an engine `SpecError`."""
+    field = f"{prefix}.{error.field}" if prefix else error.field
+    return InvalidInput.at(field, error.message)
+
+
+def efficiency_from_fields(fields: Mapping[str, Any] | None) -> Efficiency:
+    if not fields:
+        return GENERIC_EFFICIENCY
+    return Efficiency(**{key: fields[key] for key in _EFFICIENCY_FIELDS if key in fields})
+
+
+def gpu_spec_from_fields(fields: Mapping[str, Any]) -> GpuSpec:
+    """Raises `SpecError` naming the field when the figures are impossible."""
+    try:
+        peaks = {DType(name): float(value) for name, value in fields["peak_flops_per_s"].items()}
+    except ValueError as error:
+        raise SpecError("peak_flops_per_s", str(error)) from None
+    link = fields["interconnect"]
+    latency = link.get("latency_s")
+    return GpuSpec(
+        id=fields.get("id") or "inline",
+        memory_bytes=int(fields["memory_bytes"]),
+        memory_bandwidth_bytes_per_s=float(fields["memory_bandwidth_bytes_per_s"]),
+        peak_flops_per_s=peaks,
+        interconnect=InterconnectSpec(
+            kind=str(link["kind"]),
+            bandwidth_bytes_per_s=float(link["bandwidth_bytes_per_s"]),
+            **({"latency_s": float(latency)} if latency is not None else {}),
+        ),
+        efficiency=efficiency_from_fields(fields.get("efficiency")),
+    )
+
+
+def model_spec_from_fields(fields: Mapping[str, Any]) -> ModelSpec:
+    """Raises `SpecError` naming the field when the architecture is impossible."""
+    moe_fields = fields.get("moe")
+    moe = MoeSpec(**{k: v for k, v in moe_fields.items() if v is not None}) if moe_fields else None
+    return ModelSpec(
+        id=fields.get("id") or "inline",
+        num_layers=fields["num_layers"],
+        hidden_size=fields["hidden_size"],
+        num_attention_heads=fields["num_attention_heads"],
+        num_kv_heads=fields["num_kv_heads"],
+        head_dim=fields["head_dim"],
+        intermediate_size=fields["intermediate_size"],
+        ffn_type=FfnType(fields["ffn_type"]),
+        vocab_size=fields["vocab_size"],
+        max_context_tokens=fields["max_context_tokens"],
+        tie_word_embeddings=bool(fields.get("tie_word_embeddings", False)),
+        attention_bias=bool(fields.get("attention_bias", False)),
+        moe=moe,
+        checkpoint_dtype=DType(fields.get("checkpoint_dtype") or DType.BF16),
+    )

@@ -1,0 +1,18 @@
+"""Every table of the service, imported in one place so `Base.metadata` is complete wherever it
+is needed (Alembic's autogenerate, the tests' database reset)."""
+
+from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+from app.db.session import Base
+from app.plans.repository import PlanRow
+from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
+
+__all__ = [
+    "Base",
+    "BenchmarkPointRow",
+    "BenchmarkRunRow",
+    "CalibrationRow",
+    "CatalogTombstone",
+    "GpuRow",
+    "ModelRow",
+    "PlanRow",
+]

@@ -1,0 +1,688 @@
+"""Estimate requests and responses. Fractions are 0-1, times in ms, sizes in bytes or tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.catalog.gpu_schemas import GpuHardware
+from app.catalog.schemas import ModelArchitecture
+from app.engine.batch_ceiling import BatchCeiling
+from app.engine.chunking import ChunkRecommendation
+from app.engine.estimates import (
+    BytesBreakdown,
+    DecodeEstimate,
+    FlopsBreakdown,
+    PrefillCurve,
+    PrefillEstimate,
+    RequestEstimate,
+)
+from app.engine.parallelism import TpFeasibility
+from app.engine.roofline import Roofline
+from app.estimates.service import expected_error
+from app.targets.schemas import (
+    DeploymentFields,
+    TargetEcho,
+    TargetRequest,
+    echo,
+    spec_fields,
+)
+from app.targets.service import Target
+from app.web.schemas import CATALOG_REF, MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
+
+_MAX_CURVE_POINTS = 1000
+
+PrefillBatch = Annotated[int, Field(gt=0, le=4096)]
+"""Prompts prefilled together in one step."""
+DecodeBatch = Annotated[int, Field(gt=0, le=65536)]
+"""Sequences decoding together in one step."""
+
+
+class _PrefillShape(Input):
+    """How a prefill is computed: in one step or in chunks, causal or not."""
+
+    chunk_tokens: Tokens | None = Field(
+        default=None, description="Prefill in chunks of this many tokens; null: in one step."
+    )
+    causal: bool = Field(
+        default=True,
+        description=(
+            "Causal attention (half the n x n work). `false` counts the full n x n, as "
+            "article A of docs/model.md does."
+        ),
+    )
+
+
+class _CachedPrefix(Input):
+    cached_prefix_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Leading prompt tokens already in the KV cache (a prefix-cache hit): read, "
+        "not recomputed.",
+    )
+
+
+# ---- shared response parts
+
+
+class Flops(BaseModel):
+    """FLOPs of the step(s), whole deployment (all GPUs); a multiply-add counts 2."""
+
+    linear: float = Field(description="QKV, O and FFN (or router and experts) projections.")
+    attention: float = Field(description="Attention scores and values (QK^T and AV).")
+    lm_head: float = Field(description="Output projection to the vocabulary.")
+    total: float = Field(description="Sum of the above.")
+
+    @classmethod
+    def of(cls, flops: FlopsBreakdown) -> Flops:
+        return cls(
+            linear=flops.linear, attention=flops.attention, lm_head=flops.lm_head, total=flops.total
+        )
+
+
+class Bytes(BaseModel):
+    """Bytes moved to and from device memory, whole deployment."""
+
+    weights: float = Field(description="Weights read (once per step).")
+    kv_cache: float = Field(description="KV cache read and written.")
+    activations: float = Field(description="Activations streamed (Q, K, V, O; no n x n matrix).")
+    total: float = Field(description="Sum of the above.")
+
+    @classmethod
+    def of(cls, moved: BytesBreakdown) -> Bytes:
+        return cls(
+            weights=moved.weights,
+            kv_cache=moved.kv_cache,
+            activations=moved.activations,
+            total=moved.total,
+        )
+
+
+class EstimateResponse(BaseModel):
+    """What every estimate answer carries besides its figures."""
+
+    target: TargetEcho = Field(description="What was estimated, resolved.")
+    expected_error_pct: dict[str, float] = Field(
+        description=(
+            "By phase (`prefill`, `decode`), the spread of this GPU's validation residuals "
+            "against stored benchmark runs: how far to trust the figures. Empty where no run "
+            "exists for the GPU and phase, or for ideal and custom efficiencies."
+        )
+    )
+    warnings: list[str] = Field(description="Allowed but unwise inputs, and what they cost.")
+
+
+# ---- prefill
+
+
+class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}]
+        }
+    )
+
+    prompt_tokens: Tokens = Field(description="Prompt length.", examples=[4096])
+    batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
+
+
+class PrefillResponse(EstimateResponse):
+    ttft_ms: float = Field(description="Time to first token.")
+    flops: Flops = Field(description="Work of the prefill.")
+    bytes: Bytes = Field(description="Memory traffic of the prefill.")
+    bound: str = Field(description="`compute` or `memory`: which roof limits the prefill.")
+    arithmetic_intensity: float = Field(description="FLOP per byte of the whole prefill.")
+    attention_share: float = Field(description="Attention FLOPs over all FLOPs.")
+    crossover_tokens: int = Field(
+        description="Prompt length at which attention FLOPs equal linear FLOPs (same `causal`)."
+    )
+    steps: int = Field(description="Forward steps the prefill takes (chunks).")
+
+    @classmethod
+    def of(cls, target: Target, estimate: PrefillEstimate) -> PrefillResponse:
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "prefill"),
+            warnings=list(estimate.warnings),
+            ttft_ms=estimate.ttft_ms,
+            flops=Flops.of(estimate.flops),
+            bytes=Bytes.of(estimate.bytes),
+            bound=estimate.bound.value,
+            arithmetic_intensity=estimate.arithmetic_intensity,
+            attention_share=estimate.attention_share,
+            crossover_tokens=estimate.crossover_tokens,
+            steps=estimate.steps,
+        )
+
+
+class PrefillCurveRequest(TargetRequest, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3.1-8b",
+                    "gpu": "a100-sxm4-80gb",
+                    "prompt_tokens": [1024, 10240, 51200, 102400, 131072],
+                }
+            ]
+        }
+    )
+
+    prompt_tokens: list[Tokens] = Field(
+        min_length=1,
+        max_length=_MAX_CURVE_POINTS,
+        description=f"Prompt lengths, in the order to report them (at most {_MAX_CURVE_POINTS}).",
+        examples=[[1024, 10240, 51200, 102400, 131072]],
+    )
+    batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
+
+
+class CurvePointOut(BaseModel):
+    prompt_tokens: int = Field(description="Prompt length.")
+    ttft_ms: float = Field(description="Time to first token.")
+    attention_share: float = Field(description="Attention FLOPs over all FLOPs.")
+    ratio_to_previous: float | None = Field(description="TTFT over the previous point's.")
+    loglog_slope: float | None = Field(
+        description="d log TTFT / d log n against the previous point: 1 linear, 2 quadratic."
+    )
+
+
+class PrefillCurveResponse(EstimateResponse):
+    points: list[CurvePointOut] = Field(description="One per requested length, in order.")
+    crossover_tokens: int = Field(description="Where attention FLOPs equal linear FLOPs.")
+
+    @classmethod
+    def of(cls, target: Target, curve: PrefillCurve) -> PrefillCurveResponse:
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "prefill"),
+            warnings=list(curve.warnings),
+            points=[
+                CurvePointOut(
+                    prompt_tokens=p.prompt_tokens,
+                    ttft_ms=p.ttft_ms,
+                    attention_share=p.attention_share,
+                    ratio_to_previous=p.ratio_to_previous,
+                    loglog_slope=p.loglog_slope,
+                )
+                for p in curve.points
+            ],
+            crossover_tokens=curve.crossover_tokens,
+        )
+
+
+# ---- decode and whole requests
+
+
+class DecodeRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-70b",
+                    "gpu": "h100-sxm5-80gb",
+                    "tp": 4,
+                    "batch_size": 64,
+                    "context_tokens": 4096,
+                }
+            ]
+        }
+    )
+
+    batch_size: DecodeBatch = Field(description="Sequences decoding together.", examples=[8])
+    context_tokens: Tokens = Field(
+        description="Each sequence's context (prompt and tokens so far).", examples=[4096]
+    )
+
+
+class DecodeResponse(EstimateResponse):
+    tpot_ms: float = Field(description="Time per output token: one decode step.")
+    flops: Flops = Field(description="Work of one step.")
+    bytes: Bytes = Field(description="Memory traffic of one step.")
+    arithmetic_intensity: float = Field(description="FLOP per byte of the step.")
+    bound: str = Field(description="`compute` or `memory`.")
+    compute_utilization: float = Field(description="Achieved FLOP/s over peak FLOP/s.")
+    tokens_per_s: float = Field(description="Batch size over TPOT.")
+    communication_share: float = Field(description="Share of the step spent in all-reduces.")
+
+    @classmethod
+    def of(cls, target: Target, estimate: DecodeEstimate) -> DecodeResponse:
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "decode"),
+            warnings=list(estimate.warnings),
+            tpot_ms=estimate.tpot_ms,
+            flops=Flops.of(estimate.flops),
+            bytes=Bytes.of(estimate.bytes),
+            arithmetic_intensity=estimate.arithmetic_intensity,
+            bound=estimate.bound.value,
+            compute_utilization=estimate.compute_utilization,
+            tokens_per_s=estimate.tokens_per_s,
+            communication_share=estimate.communication_share,
+        )
+
+
+class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "prompt_tokens": 2048,
+                    "output_tokens": 256,
+                    "batch_size": 16,
+                }
+            ]
+        }
+    )
+
+    prompt_tokens: Tokens = Field(description="Prompt length.", examples=[2048])
+    output_tokens: Tokens = Field(
+        description="Tokens generated, the first included.", examples=[256]
+    )
+    batch_size: DecodeBatch = Field(default=1, description="Requests running together.")
+
+
+class RequestResponse(EstimateResponse):
+    ttft_ms: float = Field(description="Time to first token.")
+    tpot_ms: float = Field(description="Mean time per output token over the decode.")
+    e2e_ms: float = Field(description="`ttft_ms + (output_tokens - 1) * tpot_ms`.")
+
+    @classmethod
+    def of(cls, target: Target, estimate: RequestEstimate) -> RequestResponse:
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "prefill", "decode"),
+            warnings=list(estimate.warnings),
+            ttft_ms=estimate.ttft_ms,
+            tpot_ms=estimate.tpot_ms,
+            e2e_ms=estimate.e2e_ms,
+        )
+
+
+# ---- batch ceiling
+
+
+class BatchCeilingRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "llama-3-70b", "gpu": "h100-sxm5-80gb", "tp": 4, "context_tokens": 8192}
+            ]
+        }
+    )
+
+    context_tokens: Tokens = Field(
+        description="Tokens each sequence holds at its longest (prompt + output).", examples=[4096]
+    )
+    gpu_memory_utilization: MemoryShare = Field(
+        default=0.9, description="Share of GPU memory the engine may use."
+    )
+    block_tokens: int = Field(default=16, gt=0, le=1024, description="Paged KV-cache block size.")
+    max_num_batched_tokens: int = Field(
+        default=8192, gt=0, le=2**20, description="Largest step, for the activation reserve."
+    )
+    max_num_seqs: int = Field(
+        default=256, gt=0, le=65536, description="Sequences the engine may run at once."
+    )
+
+
+class MemoryBreakdown(BaseModel):
+    """How one GPU's memory divides, bytes."""
+
+    memory_bytes: int = Field(description="The GPU's memory.")
+    usable_bytes: float = Field(description="`gpu_memory_utilization` of it.")
+    weights_bytes: float = Field(description="Weights this GPU holds.")
+    activation_reserve_bytes: float = Field(description="Kept for a step's activations.")
+    kv_pool_bytes: float = Field(description="What is left for the KV cache (negative: none).")
+
+
+class BatchCeilingResponse(EstimateResponse):
+    kv_bytes_per_token: float = Field(description="KV cache one token takes on one GPU.")
+    kv_bytes_per_sequence: float = Field(description="One sequence, rounded to whole blocks.")
+    max_batch_by_memory: int = Field(description="Sequences whose KV cache fits the pool.")
+    ridge_batch: int | None = Field(
+        description="Smallest batch whose decode step is compute-bound; null when none is."
+    )
+    ridge_batch_reason: str | None = Field(description="Why there is no ridge batch, if none.")
+    batch_ceiling: int = Field(description="The lesser of the memory and compute ceilings.")
+    limited_by: str = Field(description="`memory` or `compute`.")
+    memory: MemoryBreakdown = Field(description="Memory of one GPU.")
+    tpot_ms_at_ceiling: float | None = Field(description="Decode step at the ceiling.")
+    tokens_per_s_at_ceiling: float | None = Field(description="Throughput at the ceiling.")
+
+    @classmethod
+    def of(cls, target: Target, ceiling: BatchCeiling) -> BatchCeilingResponse:
+        plan = ceiling.memory
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "decode"),
+            warnings=list(ceiling.warnings),
+            kv_bytes_per_token=ceiling.kv_bytes_per_token,
+            kv_bytes_per_sequence=ceiling.kv_bytes_per_sequence,
+            max_batch_by_memory=ceiling.max_batch_by_memory,
+            ridge_batch=ceiling.ridge_batch,
+            ridge_batch_reason=ceiling.ridge_batch_reason,
+            batch_ceiling=ceiling.batch_ceiling,
+            limited_by=ceiling.limited_by.value,
+            memory=MemoryBreakdown(
+                memory_bytes=plan.memory_bytes,
+                usable_bytes=plan.usable_bytes,
+                weights_bytes=plan.weights_bytes,
+                activation_reserve_bytes=plan.activation_reserve_bytes,
+                kv_pool_bytes=plan.kv_pool_bytes,
+            ),
+            tpot_ms_at_ceiling=ceiling.tpot_ms_at_ceiling,
+            tokens_per_s_at_ceiling=ceiling.tokens_per_s_at_ceiling,
+        )
+
+
+# ---- tensor parallelism
+
+
+class TpFeasibilityRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-70b",
+                    "gpu": "h100-sxm5-80gb",
+                    "tp_candidates": [1, 2, 4, 8],
+                    "prompt_tokens": 2048,
+                    "context_tokens": 4096,
+                    "batch_size": 32,
+                    "ttft_slo_ms": 1000,
+                    "tpot_slo_ms": 50,
+                }
+            ]
+        }
+    )
+
+    tp_candidates: list[int] = Field(
+        default=[1, 2, 4, 8, 16],
+        min_length=1,
+        max_length=16,
+        description="TP degrees to assess (`tp` is ignored).",
+    )
+    prompt_tokens: Tokens = Field(
+        default=2048, description="Prompt length for the TTFT of each candidate."
+    )
+    context_tokens: Tokens = Field(
+        default=2048, description="Context for the TPOT and KV cache of each candidate."
+    )
+    batch_size: DecodeBatch = Field(default=1, description="Sequences decoding together.")
+    ttft_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
+    tpot_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
+
+    def workload_fields(self) -> dict[str, Any]:
+        fields = super().workload_fields()
+        return fields | {"candidates": fields.pop("tp_candidates")}
+
+
+class TpCandidateOut(BaseModel):
+    tp: int = Field(description="Tensor-parallel degree.")
+    feasible: bool = Field(
+        description="Deployable: it splits evenly and fits in memory (`splits_evenly` and "
+        "`fits_memory`)."
+    )
+    splits_evenly: bool = Field(
+        description="It splits the query heads, KV heads (or replicates them) and FFN evenly."
+    )
+    kv_head_replication: float = Field(description="Copies of each KV head (tp/K when tp > K).")
+    fits_memory: bool = Field(description="Weights and activation reserve fit each GPU.")
+    weights_bytes_per_gpu: float = Field(description="Weights one GPU holds.")
+    kv_bytes_per_token_per_gpu: float = Field(description="KV cache one token takes per GPU.")
+    kv_pool_bytes_per_gpu: float = Field(description="Memory left for the KV cache per GPU.")
+    max_batch_by_memory: int = Field(description="Sequences of `context_tokens` that fit.")
+    ttft_ms: float | None = Field(description="TTFT of `prompt_tokens`, when feasible.")
+    tpot_ms: float | None = Field(description="TPOT at `batch_size`, when feasible.")
+    communication_share_prefill: float | None = Field(description="All-reduce share of TTFT.")
+    communication_share_decode: float | None = Field(description="All-reduce share of TPOT.")
+    meets_latency_goal: bool | None = Field(description="Against the SLOs given, if any.")
+    reasons: list[str] = Field(description="Why it is or is not a good choice, in plain words.")
+
+
+class AlternativeOut(BaseModel):
+    kind: str = Field(description="The other kind of parallelism.")
+    why: str = Field(description="When and why it helps here.")
+
+
+class TpFeasibilityResponse(EstimateResponse):
+    candidates: list[TpCandidateOut] = Field(description="One per TP degree assessed.")
+    recommended_tp: int | None = Field(
+        description="Smallest feasible tp that fits (and meets SLOs)."
+    )
+    recommendation: str = Field(description="The recommendation, in plain words.")
+    alternatives: list[AlternativeOut] = Field(
+        description="Other parallelism when tp beyond the KV heads would be needed."
+    )
+
+    @classmethod
+    def of(cls, target: Target, result: TpFeasibility) -> TpFeasibilityResponse:
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "prefill", "decode"),
+            warnings=list(result.warnings),
+            candidates=[
+                TpCandidateOut(
+                    tp=c.tp,
+                    feasible=c.feasible,
+                    splits_evenly=c.splits_evenly,
+                    kv_head_replication=c.kv_head_replication,
+                    fits_memory=c.fits_memory,
+                    weights_bytes_per_gpu=c.weights_bytes_per_gpu,
+                    kv_bytes_per_token_per_gpu=c.kv_bytes_per_token_per_gpu,
+                    kv_pool_bytes_per_gpu=c.kv_pool_bytes_per_gpu,
+                    max_batch_by_memory=c.max_batch_by_memory,
+                    ttft_ms=c.ttft_ms,
+                    tpot_ms=c.tpot_ms,
+                    communication_share_prefill=c.communication_share_prefill,
+                    communication_share_decode=c.communication_share_decode,
+                    meets_latency_goal=c.meets_latency_goal,
+                    reasons=list(c.reasons),
+                )
+                for c in result.candidates
+            ],
+            recommended_tp=result.recommended_tp,
+            recommendation=result.recommendation,
+            alternatives=[
+                AlternativeOut(kind=a.kind.value, why=a.why) for a in result.alternatives
+            ],
+        )
+
+
+# ---- chunked prefill
+
+
+class ChunkSizeRequest(TargetRequest):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3.1-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "itl_slo_ms": 50,
+                    "decode_batch_size": 64,
+                    "decode_context_tokens": 2048,
+                    "long_prompt_tokens": 32768,
+                }
+            ]
+        }
+    )
+
+    itl_slo_ms: float = Field(
+        gt=0,
+        le=60_000,
+        description="A step carrying a prefill chunk must not stall running decodes longer.",
+        examples=[50],
+    )
+    short_ttft_slo_ms: SloMs | None = Field(
+        default=None, description="TTFT goal for short prompts, for routing and buckets."
+    )
+    decode_batch_size: int = Field(
+        default=0, ge=0, le=65536, description="Decodes running beside each chunk."
+    )
+    decode_context_tokens: int = Field(
+        default=0, ge=0, le=MAX_TOKENS, description="Their context (needed when decodes run)."
+    )
+    long_prompt_tokens: Tokens | None = Field(
+        default=None,
+        description="The long prompt whose chunked TTFT is reported; 32,768 or the model's "
+        "context, whichever is shorter.",
+        examples=[32768],
+    )
+
+
+class LongPromptOut(BaseModel):
+    prompt_tokens: int = Field(description="The long prompt's length.")
+    ttft_ms_unchunked: float = Field(description="Its TTFT in one step.")
+    ttft_ms_chunked: float = Field(description="Its TTFT in chunks of the recommended size.")
+    steps: int = Field(description="Chunks it takes.")
+
+
+class LengthBucketOut(BaseModel):
+    max_prompt_tokens: int = Field(description="Prompts up to this length ...")
+    ttft_slo_ms: float = Field(description="... get this TTFT goal, proposed from the estimates.")
+
+
+class ChunkSizeResponse(EstimateResponse):
+    max_chunk_tokens: int = Field(description="Largest chunk whose step fits the ITL SLO.")
+    recommended_chunk_tokens: int = Field(description="Rounded down to a multiple of 64.")
+    step_ms: float = Field(description="A step with the recommended chunk and the decodes.")
+    seed_first_cut_tokens: int = Field(
+        description="Article A's first cut, `itl_slo * peak / FLOPs per token`, for comparison."
+    )
+    long_prompt: LongPromptOut = Field(description="What chunking costs a long prompt.")
+    length_buckets: list[LengthBucketOut] = Field(description="Proposed TTFT goals by length.")
+    route_long_prompts_above_tokens: int = Field(
+        description="Send longer prompts to their own endpoint."
+    )
+    rationale: list[str] = Field(description="How the figures were reached, in plain words.")
+
+    @classmethod
+    def of(cls, target: Target, result: ChunkRecommendation) -> ChunkSizeResponse:
+        long = result.long_prompt
+        return cls(
+            target=echo(target),
+            expected_error_pct=expected_error(target, "prefill", "decode"),
+            warnings=list(result.warnings),
+            max_chunk_tokens=result.max_chunk_tokens,
+            recommended_chunk_tokens=result.recommended_chunk_tokens,
+            step_ms=result.step_ms,
+            seed_first_cut_tokens=result.seed_first_cut_tokens,
+            long_prompt=LongPromptOut(
+                prompt_tokens=long.prompt_tokens,
+                ttft_ms_unchunked=long.ttft_ms_unchunked,
+                ttft_ms_chunked=long.ttft_ms_chunked,
+                steps=long.steps,
+            ),
+            length_buckets=[
+                LengthBucketOut(max_prompt_tokens=b.max_prompt_tokens, ttft_slo_ms=b.ttft_slo_ms)
+                for b in result.length_buckets
+            ],
+            route_long_prompts_above_tokens=result.route_long_prompts_above_tokens,
+            rationale=list(result.rationale),
+        )
+
+
+# ---- roofline
+
+
+class RooflineRequest(DeploymentFields):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "gpu": "h100-sxm5-80gb",
+                    "model": "llama-3-8b",
+                    "prompt_tokens": 2048,
+                    "context_tokens": 4096,
+                    "batch_size": 32,
+                }
+            ]
+        }
+    )
+
+    gpu: CATALOG_REF | GpuHardware = Field(
+        description="A catalog GPU id, or inline hardware figures.", examples=["a100-sxm4-80gb"]
+    )
+    model: CATALOG_REF | ModelArchitecture | None = Field(
+        default=None, description="A catalog model id or inline architecture, to place its phases."
+    )
+    prompt_tokens: Tokens = Field(
+        default=2048, description="Prompt length for the prefill phases.", examples=[32768]
+    )
+    context_tokens: Tokens = Field(
+        default=2048, description="Context for the decode phases.", examples=[32768]
+    )
+    batch_size: DecodeBatch = Field(default=1, description="Decode batch.")
+    causal: bool = Field(
+        default=False,
+        description="Causal prefill attention; article C's intensities are non-causal (default).",
+    )
+
+    def refs(self) -> dict[str, object]:
+        """The catalog ids this request names, for `SpecCache.generations`."""
+        return {"model": self.model, "gpu": self.gpu}
+
+    def resolve_kwargs(self) -> dict[str, Any]:
+        """The arguments of `app.estimates.service.roofline_of`."""
+        return self.deployment_kwargs() | {
+            "gpu": spec_fields(self.gpu),
+            "model": spec_fields(self.model),
+            "prompt_tokens": self.prompt_tokens,
+            "context_tokens": self.context_tokens,
+            "batch_size": self.batch_size,
+            "causal": self.causal,
+        }
+
+
+class PhaseOut(BaseModel):
+    name: str = Field(description="`prefill`, `decode`, `prefill_attention` or `decode_attention`.")
+    arithmetic_intensity: float = Field(description="FLOP per byte.")
+    attainable_flops_per_s: float = Field(description="min(peak, bandwidth x intensity).")
+    bound: str = Field(description="`compute` or `memory`.")
+    compute_dtype: str = Field(description="The format this phase computes in.")
+    ridge_intensity: float = Field(description="The ridge point for that format.")
+
+
+class RooflineResponse(BaseModel):
+    gpu: str = Field(description="The catalog GPU id, or `inline`.")
+    model: str | None = Field(description="The catalog model id, `inline`, or null.")
+    ridge_intensity: float = Field(description="Peak FLOP/s over bandwidth, FLOP per byte.")
+    compute_dtype: str = Field(description="The format of the GEMMs (and of the ridge point).")
+    peak_flops_per_s: float = Field(description="Dense peak in that format.")
+    memory_bandwidth_bytes_per_s: float = Field(description="Datasheet memory bandwidth.")
+    phases: list[PhaseOut] = Field(
+        description=(
+            "Where each phase sits. Without a model, article B's generic phases: prefill at "
+            "I = prompt tokens, decode at I = batch size (weights read once, KV ignored)."
+        )
+    )
+    warnings: list[str] = Field(description="Allowed but unwise inputs.")
+
+    @classmethod
+    def of(cls, gpu_id: str, model_id: str | None, result: Roofline) -> RooflineResponse:
+        return cls(
+            gpu=gpu_id,
+            model=model_id,
+            ridge_intensity=result.ridge_intensity,
+            compute_dtype=result.compute_dtype.value,
+            peak_flops_per_s=result.peak_flops_per_s,
+            memory_bandwidth_bytes_per_s=result.memory_bandwidth_bytes_per_s,
+            phases=[
+                PhaseOut(
+                    name=p.phase.value,
+                    arithmetic_intensity=p.arithmetic_intensity,
+                    attainable_flops_per_s=p.attainable_flops_per_s,
+                    bound=p.bound.value,
+                    compute_dtype=p.compute_dtype.value,
+                    ridge_intensity=p.ridge_intensity,
+                )
+                for p in result.phases
+            ],
+            warnings=list(result.warnings),
+        )

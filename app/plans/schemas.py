@@ -1,0 +1,426 @@
+"""`/v1/plans`: capacity plans, asked for and stored. Costs in USD, rates per second, ms."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.catalog.schemas import ModelArchitecture
+from app.engine.planning import (
+    DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_MAX_SIMULATED_STEPS,
+    DEFAULT_PROBE_REQUESTS,
+    DEFAULT_TP_CANDIDATES,
+    MAX_CANDIDATES,
+)
+from app.plans.repository import PlanRow
+from app.plans.service import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
+from app.simulations.schemas import MAX_REQUESTS, LengthDistribution, TraceRow
+from app.simulations.service import MIN_REQUESTS_PER_S
+from app.targets.schemas import Format
+from app.web.schemas import CATALOG_REF, ENTRY_ID, Input, Page
+
+__all__ = [
+    "BucketLatency",
+    "CandidateRead",
+    "DisaggregatedRead",
+    "PlanList",
+    "PlanRead",
+    "PlanRequest",
+    "PlanSummary",
+    "PredictedRead",
+    "Slo",
+    "Traffic",
+    "TtftBucketSlo",
+]
+
+UsdPerGpuHour = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+MIN_TRACE_ROWS = 100
+"""A trace's p99 needs at least 100 requests to have one above it."""
+
+
+class Traffic(Input):
+    """The whole deployment's traffic: a rate with length distributions (Poisson arrivals), or a
+    trace (its arrival pattern is replayed, time-scaled to `requests_per_s` when given)."""
+
+    requests_per_s: float | None = Field(
+        default=None,
+        ge=MIN_REQUESTS_PER_S,
+        le=MAX_TRAFFIC_REQUESTS_PER_S,
+        allow_inf_nan=False,
+        description="Requests per second, all replicas together; a trace's own rate if omitted "
+        f"(which must then lie in [{MIN_REQUESTS_PER_S:g}, {MAX_TRAFFIC_REQUESTS_PER_S:g}] too).",
+        examples=[10.0],
+    )
+    prompt_tokens: LengthDistribution | None = Field(default=None, description="Prompt lengths.")
+    output_tokens: LengthDistribution | None = Field(
+        default=None, description="Output lengths, the first token included."
+    )
+    trace: list[TraceRow] | None = Field(
+        default=None,
+        min_length=MIN_TRACE_ROWS,
+        max_length=MAX_REQUESTS,
+        description="Requests as [arrival_s, prompt_tokens, output_tokens] rows, instead of "
+        f"distributions; at least {MIN_TRACE_ROWS}. Each probe replays the first "
+        "probe_requests rows, time-scaled to the probed rate.",
+    )
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Traffic:
+        lengths = self.prompt_tokens is not None or self.output_tokens is not None
+        if self.trace is not None and lengths:
+            raise ValueError("give length distributions or a trace, not both")
+        if self.trace is None:
+            if self.prompt_tokens is None or self.output_tokens is None:
+                raise ValueError("give prompt_tokens and output_tokens (or a trace)")
+            if self.requests_per_s is None:
+                raise ValueError("requests_per_s is required with length distributions")
+        return self
+
+
+class TtftBucketSlo(Input):
+    """A TTFT objective for prompts longer than the previous bucket's bound, up to this one."""
+
+    max_prompt_tokens: int = Field(ge=1, le=2**24, description="Upper bound of the bucket.")
+    ttft_p99_ms: float = Field(
+        gt=0, allow_inf_nan=False, description="99th-percentile TTFT objective of the bucket."
+    )
+
+
+class Slo(Input):
+    """Latency objectives, at the 99th percentile over requests."""
+
+    ttft_p99_ms: float = Field(
+        gt=0, allow_inf_nan=False, description="Time to first token, all requests.", examples=[1000]
+    )
+    tpot_p99_ms: float = Field(
+        gt=0, allow_inf_nan=False, description="Time per output token.", examples=[50]
+    )
+    ttft_p99_ms_by_prompt_tokens: list[TtftBucketSlo] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Extra TTFT objectives by prompt length, in increasing order of bounds.",
+    )
+
+
+class PlanRequest(Input):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "traffic": {
+                        "requests_per_s": 10.0,
+                        "prompt_tokens": {"p50": 2048, "p90": 2048, "p99": 2048},
+                        "output_tokens": {"p50": 256, "p90": 256, "p99": 256},
+                    },
+                    "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+                    "gpus": ["h100-sxm5-80gb", "a100-sxm4-80gb"],
+                    "tp_candidates": [1, 2],
+                }
+            ]
+        }
+    )
+
+    """What to plan: a model, its traffic and SLOs, and the candidates to consider. The work one
+    plan may demand is bounded: in candidates (see `gpus`) and in simulated steps (see
+    `probe_requests`)."""
+
+    model: CATALOG_REF | ModelArchitecture = Field(
+        description="A catalog model id, or an inline architecture.", examples=["llama-3-8b"]
+    )
+    traffic: Traffic = Field(description="The traffic to carry.")
+    slo: Slo = Field(description="The latency objectives.")
+    gpus: list[ENTRY_ID] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Candidate catalog GPU ids; default every catalog GPU with a price. A plan "
+        f"screens at most {MAX_CANDIDATES:,} candidates (GPUs x tp_candidates x formats x "
+        "max_num_seqs x chunk_tokens); more is a 422 naming `candidates`.",
+    )
+    price_overrides: dict[str, UsdPerGpuHour] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="USD per GPU-hour by GPU id, instead of (or where missing) the catalog's.",
+    )
+    tp_candidates: list[Annotated[int, Field(ge=1, le=256)]] = Field(
+        default=list(DEFAULT_TP_CANDIDATES),
+        min_length=1,
+        max_length=8,
+        description="Tensor-parallel degrees to consider (each at least 1).",
+    )
+    weight_dtypes: list[Format] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=6,
+        description=(
+            "Weight formats to consider; default the model's own (`checkpoint_dtype`). A "
+            "smaller format than the checkpoint's (fp8 weights of a bf16 model) is a "
+            "quantisation that changes output quality: such candidates say so."
+        ),
+    )
+    kv_dtypes: list[Format] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=6,
+        description="KV-cache formats to combine with every weight format; default: fp8 and "
+        "fp16 weights with a cache of their own format, others with bf16.",
+    )
+    max_num_seqs: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
+        default=list(DEFAULT_MAX_NUM_SEQS),
+        min_length=1,
+        max_length=4,
+        description="max_num_seqs values to consider.",
+    )
+    chunk_tokens: list[Annotated[int, Field(ge=1, le=2**24)]] = Field(
+        default=list(DEFAULT_CHUNK_TOKENS),
+        min_length=1,
+        max_length=4,
+        description="Prefill chunk sizes (max_num_batched_tokens) to consider.",
+    )
+    headroom: float = Field(
+        default=0.2, ge=0, le=10, description="Spare capacity: replicas carry traffic x (1 + it)."
+    )
+    gpus_per_node: int = Field(
+        default=8, ge=1, le=64, description="GPUs in one node: the largest tp considered."
+    )
+    efficiency: Literal["calibrated", "ideal"] = Field(
+        default="calibrated", description="Time steps with the GPUs' calibrations, or ideally."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
+    )
+    probe_requests: int = Field(
+        default=DEFAULT_PROBE_REQUESTS,
+        ge=500,
+        le=20000,
+        description="Requests per simulation probe; about 1 % of them lie above the p99. All "
+        f"probes of a plan together may simulate {DEFAULT_MAX_SIMULATED_STEPS:,} forward steps "
+        "(about a minute of CPU); a plan that needs more is a 422 naming this field.",
+    )
+    confirm_requests: int = Field(
+        default=DEFAULT_CONFIRM_REQUESTS,
+        ge=0,
+        le=50000,
+        description="Confirm each replica count found with probes of this many requests (the "
+        "same ones and more), searching upward if they miss; 0, or no more than "
+        "probe_requests: no confirmation. A 3,000-request probe is 0.3-3 % optimistic in "
+        "sustainable rate near saturation; 10,000 requests remove that at about 2.5 times the "
+        "planning time.",
+    )
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of the simulated requests.")
+    max_plans: int = Field(
+        default=3, ge=1, le=50, description="Fully planned candidates to return, cheapest first."
+    )
+    exhaustive: bool = Field(
+        default=False,
+        description="Plan every candidate instead of pruning the dearer ones (many more "
+        "simulations: the simulated-step limit of probe_requests applies).",
+    )
+    disaggregated: bool = Field(
+        default=False, description="Also size separate prefill and decode pools, and compare."
+    )
+
+    def query(self) -> PlanQuery:
+        """The request as `app.plans.service.create_plan` takes it."""
+        traffic, slo = self.traffic, self.slo
+        return PlanQuery(
+            model=self.model if isinstance(self.model, str) else self.model.model_dump(),
+            ttft_p99_ms=slo.ttft_p99_ms,
+            tpot_p99_ms=slo.tpot_p99_ms,
+            requests_per_s=traffic.requests_per_s,
+            prompt_tokens=traffic.prompt_tokens.fields() if traffic.prompt_tokens else None,
+            output_tokens=traffic.output_tokens.fields() if traffic.output_tokens else None,
+            trace_rows=traffic.trace,
+            ttft_buckets=[
+                (b.max_prompt_tokens, b.ttft_p99_ms) for b in slo.ttft_p99_ms_by_prompt_tokens
+            ],
+            gpus=self.gpus,
+            price_overrides=self.price_overrides,
+            tp_candidates=self.tp_candidates,
+            weight_dtypes=(
+                [d.value for d in self.weight_dtypes] if self.weight_dtypes is not None else None
+            ),
+            kv_dtypes=[d.value for d in self.kv_dtypes] if self.kv_dtypes else None,
+            max_num_seqs=self.max_num_seqs,
+            chunk_tokens=self.chunk_tokens,
+            headroom=self.headroom,
+            gpus_per_node=self.gpus_per_node,
+            efficiency=self.efficiency,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            probe_requests=self.probe_requests,
+            confirm_requests=self.confirm_requests,
+            seed=self.seed,
+            max_plans=self.max_plans,
+            exhaustive=self.exhaustive,
+            disaggregated=self.disaggregated,
+        )
+
+
+class BucketLatency(BaseModel):
+    """The predicted TTFT of one prompt-length bucket."""
+
+    max_prompt_tokens: int = Field(description="Upper bound of the bucket.")
+    ttft_p99_ms: float | None = Field(description="Its p99 TTFT; null if no prompt falls in it.")
+
+
+class PredictedRead(BaseModel):
+    """The simulator's latencies for one replica at its share of the traffic (no headroom)."""
+
+    requests_per_s_per_replica: float = Field(description="traffic / replicas.")
+    ttft_p50_ms: float = Field(description="Median time to first token.")
+    ttft_p99_ms: float = Field(description="99th-percentile time to first token.")
+    tpot_p50_ms: float = Field(description="Median time per output token.")
+    tpot_p99_ms: float = Field(description="99th-percentile time per output token.")
+    ttft_p99_ms_by_bucket: list[BucketLatency] = Field(description="Per SLO bucket.")
+    saturated: bool = Field(description="Whether the replica's queue grows without bound.")
+
+
+class CandidateRead(BaseModel):
+    """One candidate deployment and its verdict. Rates are per replica."""
+
+    gpu: str = Field(description="Catalog GPU id.")
+    tp: int = Field(description="Tensor-parallel degree: GPUs per replica.")
+    weight_dtype: str = Field(description="Weight format.")
+    kv_dtype: str = Field(description="KV-cache format.")
+    max_num_seqs: int | None = Field(description="Scheduler's max_num_seqs (null: any).")
+    chunk_tokens: int | None = Field(
+        description="Prefill chunk, max_num_batched_tokens (null: any)."
+    )
+    status: Literal["planned", "pruned", "infeasible"] = Field(
+        description="`planned`: simulated and sized; `pruned`: provably no cheaper than the "
+        "plans returned; `infeasible`: cannot meet the SLAs."
+    )
+    feasible: bool = Field(description="Whether this candidate carries the traffic (planned).")
+    replicas: int | None = Field(description="Replicas for the traffic with headroom.")
+    gpus_total: int | None = Field(description="replicas x tp.")
+    price_per_gpu_hour_usd: float = Field(description="Price used for one GPU.")
+    cost_per_hour_usd: float | None = Field(description="gpus_total x price.")
+    cost_per_million_output_tokens_usd: float | None = Field(
+        description="cost_per_hour / (traffic x mean output tokens x 3600) x 1e6."
+    )
+    max_requests_per_s_per_replica: float | None = Field(
+        description="Highest rate a simulation probe found to meet the SLAs."
+    )
+    failing_requests_per_s_per_replica: float | None = Field(
+        description="Lowest rate known to miss them (a probe, or the analytic bound)."
+    )
+    analytic_max_requests_per_s_per_replica: float | None = Field(
+        description="Analytic capacity bound of one replica: no simulation sustains more."
+    )
+    cost_lower_bound_per_hour_usd: float | None = Field(
+        description="Cost at the fewest replicas the analytic bound allows."
+    )
+    kv_capacity_tokens: int | None = Field(description="KV cache of one replica, tokens.")
+    kv_head_replication: float = Field(description="tp / KV heads when tp exceeds them, else 1.")
+    predicted: PredictedRead | None = Field(description="Latencies at the planned load.")
+    simulations: int = Field(description="Simulation probes run for this candidate.")
+    reasons: list[str] = Field(description="Why infeasible or pruned, and caveats.")
+    quantized_from: str | None = Field(
+        default=None,
+        description=(
+            "The model's checkpoint format when `weight_dtype` is smaller (a quantisation that "
+            "changes output quality), else null."
+        ),
+    )
+
+
+class DisaggregatedRead(BaseModel):
+    """Separate prefill and decode pools on the best plan's GPU, tp and formats."""
+
+    gpu: str = Field(description="Catalog GPU id.")
+    tp: int = Field(description="Tensor-parallel degree of every replica.")
+    weight_dtype: str = Field(description="Weight format.")
+    kv_dtype: str = Field(description="KV-cache format.")
+    chunk_tokens: int = Field(description="Prefill chunk of the prefill pool.")
+    prefill_replicas: int | None = Field(description="Prefill replicas (null: SLA unreachable).")
+    prefill_max_requests_per_s_per_replica: float | None = Field(
+        description="Rate per prefill replica that met the TTFT SLOs."
+    )
+    decode_replicas: int | None = Field(description="Decode replicas (null: SLA unreachable).")
+    decode_batch_size: int = Field(description="Largest decode batch meeting the TPOT SLO.")
+    decode_mean_batch: float = Field(description="Mean decode batch planned.")
+    decode_tpot_ms: float | None = Field(description="Decode step at the mean batch.")
+    decode_max_requests_per_s_per_replica: float | None = Field(
+        description="Requests per second one decode replica completes."
+    )
+    gpus_total: int | None = Field(description="GPUs of both pools.")
+    cost_per_hour_usd: float | None = Field(description="Cost of both pools.")
+    cost_per_million_output_tokens_usd: float | None = Field(
+        description="Cost per million output tokens."
+    )
+    aggregated_cost_per_hour_usd: float = Field(description="The best aggregated plan's cost.")
+    cheaper: Literal["aggregated", "disaggregated", "equal"] = Field(description="Which is.")
+    verdict: str = Field(description="The comparison in one line.")
+    method: str = Field(description="How each pool was sized, and what is not modelled.")
+
+
+class PlanRead(BaseModel):
+    """A stored plan: the answer, the request, and the catalog versions it was computed from."""
+
+    id: str = Field(description="Plan id.")
+    created_at: datetime = Field(description="When it was planned (UTC).")
+    catalog_versions: dict[str, dict[str, int]] = Field(
+        description="`gpus` and `models`: the version of every catalog entry used, by id."
+    )
+    request: dict[str, Any] = Field(description="The request as validated, defaults filled in.")
+    plans: list[CandidateRead] = Field(
+        description="Planned candidates by cost, then infeasible ones with their reasons."
+    )
+    pruned: list[CandidateRead] = Field(
+        description="Candidates that cannot beat the plans returned (exhaustive: false)."
+    )
+    disaggregated: DisaggregatedRead | None = Field(
+        description="Separate prefill and decode pools, when asked for."
+    )
+    demand_requests_per_s: float = Field(description="traffic x (1 + headroom).")
+    mean_prompt_tokens: float = Field(description="Mean prompt length of the traffic.")
+    mean_output_tokens: float = Field(description="Mean output length of the traffic.")
+    probe_requests: int = Field(description="Requests in each simulation probe.")
+    simulations: int = Field(description="Simulation probes run in all.")
+    elapsed_ms: float = Field(description="Time the planning took.")
+    notes: list[str] = Field(description="How the plan was computed.")
+
+    @classmethod
+    def of(cls, row: PlanRow) -> PlanRead:
+        return cls.model_validate(
+            {
+                "id": row.id,
+                "created_at": row.created_at,
+                "catalog_versions": row.catalog_versions,
+                "request": row.request,
+                **row.response,
+            }
+        )
+
+
+class PlanSummary(BaseModel):
+    """A stored plan in brief."""
+
+    id: str = Field(description="Plan id.")
+    created_at: datetime = Field(description="When it was planned (UTC).")
+    model: str = Field(description="Catalog model id, or `inline`.")
+    requests_per_s: float = Field(description="The traffic planned for.")
+    best: dict[str, Any] = Field(
+        description="The cheapest plan: `feasible`, and when true `gpu`, `tp`, `weight_dtype`, "
+        "`replicas`, `gpus_total`, `cost_per_hour_usd`."
+    )
+
+    @classmethod
+    def of(cls, row: PlanRow) -> PlanSummary:
+        return cls(
+            id=row.id,
+            created_at=row.created_at,
+            model=row.model_id,
+            requests_per_s=row.requests_per_s,
+            best=row.summary,
+        )
+
+
+class PlanList(Page[PlanSummary]):
+    """One page of stored plans, newest first."""

@@ -1,0 +1,416 @@
+"""Capacity plans: resolve the model and the candidate GPUs with their prices, plan with the
+engine, and store the request, the answer and the catalog versions used.
+
+The answer is stored as the JSON document the API returns (`plans`, `pruned`, `disaggregated`,
+...), so reading a plan back months later shows exactly what it said, whatever the catalog says
+now; `catalog_versions` says which versions of the entries it was computed from.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.catalog.orm import utcnow
+from app.catalog.service import list_gpus
+from app.catalog.spec_cache import SpecCache
+from app.catalog.specs import invalid_spec
+from app.db.pages import Page
+from app.engine.dtypes import BYTES_PER_ELEMENT, DType
+from app.engine.planning import (
+    DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_PROBE_REQUESTS,
+    DEFAULT_TP_CANDIDATES,
+    CandidatePlan,
+    CapacityPlan,
+    DisaggregatedPlan,
+    GpuOffer,
+    PlanOptions,
+    Slo,
+    Traffic,
+    TtftBucket,
+    plan_capacity,
+)
+from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec, SpecError
+from app.errors import InvalidInput, PlanNotFound
+from app.plans.repository import PlanRepository, PlanRow
+from app.simulations.service import (
+    MIN_REQUESTS_PER_S,
+    check_trace_lengths,
+    length_distribution,
+    trace_from_rows,
+)
+from app.targets.service import resolve_model
+
+__all__ = [
+    "MAX_TRAFFIC_REQUESTS_PER_S",
+    "ComputedPlan",
+    "PlanJob",
+    "PlanQuery",
+    "compute_plan",
+    "get_plan",
+    "list_plans",
+    "prepare_plan",
+    "store_plan",
+]
+
+MAX_TRAFFIC_REQUESTS_PER_S = 1e7
+"""Most requests per second a plan is asked to carry (all replicas together)."""
+# The KV format each weight format is served with unless kv_dtypes says otherwise.
+_NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanQuery:
+    """A plan request, as the service needs it (the API schema builds it)."""
+
+    model: str | Mapping[str, Any]
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    requests_per_s: float | None = None
+    prompt_tokens: Mapping[str, Any] | None = None
+    output_tokens: Mapping[str, Any] | None = None
+    trace_rows: Sequence[Sequence[float]] | None = None
+    ttft_buckets: Sequence[tuple[int, float]] = ()
+    gpus: Sequence[str] | None = None
+    price_overrides: Mapping[str, float] = field(default_factory=dict)
+    tp_candidates: Sequence[int] = DEFAULT_TP_CANDIDATES
+    weight_dtypes: Sequence[str] | None = None
+    """None: the model's own format only."""
+    kv_dtypes: Sequence[str] | None = None
+    max_num_seqs: Sequence[int] = DEFAULT_MAX_NUM_SEQS
+    chunk_tokens: Sequence[int] = DEFAULT_CHUNK_TOKENS
+    headroom: float = 0.2
+    gpus_per_node: int = 8
+    efficiency: str = "calibrated"
+    gpu_memory_utilization: float = 0.9
+    probe_requests: int = DEFAULT_PROBE_REQUESTS
+    confirm_requests: int = DEFAULT_CONFIRM_REQUESTS
+    seed: int = 0
+    max_plans: int = 3
+    exhaustive: bool = False
+    disaggregated: bool = False
+
+
+def _offers(
+    session: Session, cache: SpecCache, query: PlanQuery
+) -> tuple[list[GpuOffer], dict[str, int]]:
+    """The candidate GPUs with their prices and the catalog versions read; 422 naming
+    `gpus[i]` for an unknown or unpriced GPU, `price_overrides.<id>` for an unknown override."""
+    overrides = dict(query.price_overrides)
+    for gpu_id in overrides:
+        cache.gpu(gpu_id, f"price_overrides.{gpu_id}")  # 422 when the catalog has no such GPU
+    explicit = query.gpus is not None
+    if query.gpus is not None:
+        ids = list(query.gpus)
+    else:
+        page = list_gpus(session, vendor=None, min_memory_bytes=None, limit=10**6, offset=0)
+        ids = [
+            row.id
+            for row in page.items
+            if row.price_per_gpu_hour_usd is not None or row.id in overrides
+        ]
+    offers: list[GpuOffer] = []
+    versions: dict[str, int] = {}
+    for i, gpu_id in enumerate(ids):
+        name = f"gpus[{i}]"
+        cached = cache.gpu(gpu_id, name)
+        price = overrides.get(gpu_id, cached.price_per_gpu_hour_usd)
+        if price is None:
+            raise InvalidInput.at(
+                name,
+                f"GPU {gpu_id!r} has no price in the catalog: give one in "
+                f"price_overrides.{gpu_id} (USD per GPU-hour)",
+            )
+        efficiency = IDEAL_EFFICIENCY if query.efficiency == "ideal" else None
+        offers.append(GpuOffer(cached.spec, price, efficiency))
+        versions[cached.spec.id] = cached.version
+    if not offers:
+        field_name = "gpus" if explicit else "price_overrides"
+        raise InvalidInput.at(field_name, "no GPU with a price to plan on")
+    return offers, versions
+
+
+def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
+    if query.weight_dtypes is None:
+        weights = [model.checkpoint_dtype]
+    else:
+        weights = [DType(name) for name in query.weight_dtypes]
+    if query.kv_dtypes is None:
+        return tuple(dict.fromkeys((w, _NATURAL_KV.get(w, DType.BF16)) for w in weights))
+    caches = [DType(name) for name in query.kv_dtypes]
+    return tuple((w, kv) for w in weights for kv in caches)
+
+
+def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
+    context = model.max_context_tokens
+    try:
+        if query.trace_rows is not None:
+            trace = trace_from_rows(query.trace_rows, "traffic.trace")
+            check_trace_lengths(trace, context, "traffic.trace")
+            rate = query.requests_per_s
+            if rate is None:
+                span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
+                if not span_s > 0:
+                    raise InvalidInput.at(
+                        "traffic.trace", "all requests arrive at once: give requests_per_s"
+                    )
+                rate = (len(trace) - 1) / span_s
+                if not MIN_REQUESTS_PER_S <= rate <= MAX_TRAFFIC_REQUESTS_PER_S:
+                    raise InvalidInput.at(
+                        "traffic.trace",
+                        f"the trace's own rate, {rate:.4g} requests/s, is outside "
+                        f"[{MIN_REQUESTS_PER_S:g}, {MAX_TRAFFIC_REQUESTS_PER_S:g}]: give "
+                        "requests_per_s",
+                    )
+            return Traffic(requests_per_s=rate, trace=trace)
+        if query.prompt_tokens is None or query.output_tokens is None or not query.requests_per_s:
+            raise InvalidInput.at("traffic", "give requests_per_s with length distributions")
+        return Traffic(
+            requests_per_s=query.requests_per_s,
+            prompt_tokens=length_distribution(
+                query.prompt_tokens, "traffic.prompt_tokens", context
+            ),
+            output_tokens=length_distribution(
+                query.output_tokens, "traffic.output_tokens", context
+            ),
+        )
+    except SpecError as error:
+        raise invalid_spec(error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """A plan request resolved against the catalog: what a heavy-work process plans."""
+
+    query: PlanQuery
+    model: ModelSpec
+    model_id: str
+    offers: tuple[GpuOffer, ...]
+    traffic: Traffic
+    slo: Slo
+    options: PlanOptions
+    catalog_versions: dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ComputedPlan:
+    """A finished plan, as stored: the answer's document and its summary."""
+
+    document: dict[str, Any]
+    summary: dict[str, Any]
+    demand_requests_per_s: float
+
+
+def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJob:
+    """Resolve the model and the GPUs (with their prices) and check the request; 422 naming
+    the field when something cannot be planned."""
+    model, model_id, model_version = resolve_model(cache, query.model)
+    offers, gpu_versions = _offers(session, cache, query)
+    try:
+        slo = Slo(
+            ttft_p99_ms=query.ttft_p99_ms,
+            tpot_p99_ms=query.tpot_p99_ms,
+            ttft_buckets=tuple(TtftBucket(int(b), float(ms)) for b, ms in query.ttft_buckets),
+        )
+        options = PlanOptions(
+            tp_candidates=tuple(query.tp_candidates),
+            dtype_pairs=_dtype_pairs(query, model),
+            max_num_seqs_candidates=tuple(query.max_num_seqs),
+            chunk_tokens_candidates=tuple(query.chunk_tokens),
+            headroom=query.headroom,
+            gpus_per_node=query.gpus_per_node,
+            gpu_memory_utilization=query.gpu_memory_utilization,
+            probe_requests=query.probe_requests,
+            confirm_requests=query.confirm_requests,
+            seed=query.seed,
+            max_plans=query.max_plans,
+            exhaustive=query.exhaustive,
+            disaggregated=query.disaggregated,
+        )
+        traffic = _traffic(query, model)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    versions = {
+        "gpus": gpu_versions,
+        "models": {model_id: model_version} if model_version is not None else {},
+    }
+    return PlanJob(query, model, model_id, tuple(offers), traffic, slo, options, versions)
+
+
+def compute_plan(job: PlanJob) -> ComputedPlan:
+    """Plan a prepared job (in a heavy-work process; pure computation)."""
+    start = time.perf_counter()
+    try:
+        plan = plan_capacity(job.model, job.offers, job.traffic, job.slo, job.options)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    elapsed_ms = (time.perf_counter() - start) * 1000.0
+    return ComputedPlan(
+        document=_document(plan, elapsed_ms, job.query, job.model.checkpoint_dtype),
+        summary=_summary(plan),
+        demand_requests_per_s=plan.demand_requests_per_s,
+    )
+
+
+def _candidate_document(c: CandidatePlan, checkpoint: DType) -> dict[str, Any]:
+    predicted = None
+    if c.predicted is not None:
+        p = c.predicted
+        predicted = {
+            "requests_per_s_per_replica": p.requests_per_s_per_replica,
+            "ttft_p50_ms": p.ttft_p50_ms,
+            "ttft_p99_ms": p.ttft_p99_ms,
+            "tpot_p50_ms": p.tpot_p50_ms,
+            "tpot_p99_ms": p.tpot_p99_ms,
+            "ttft_p99_ms_by_bucket": list(p.ttft_p99_ms_by_bucket),
+            "saturated": p.saturated,
+        }
+    return {
+        "gpu": c.gpu_id,
+        "tp": c.tp,
+        "weight_dtype": c.weight_dtype.value,
+        "kv_dtype": c.kv_dtype.value,
+        "max_num_seqs": c.max_num_seqs,
+        "chunk_tokens": c.chunk_tokens,
+        "status": c.status.value,
+        "feasible": c.feasible,
+        "replicas": c.replicas,
+        "gpus_total": c.gpus_total,
+        "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd,
+        "cost_per_hour_usd": c.cost_per_hour_usd,
+        "cost_per_million_output_tokens_usd": c.cost_per_million_output_tokens_usd,
+        "max_requests_per_s_per_replica": c.max_requests_per_s_per_replica,
+        "failing_requests_per_s_per_replica": c.failing_requests_per_s_per_replica,
+        "analytic_max_requests_per_s_per_replica": c.analytic_max_requests_per_s_per_replica,
+        "cost_lower_bound_per_hour_usd": c.cost_lower_bound_per_hour_usd,
+        "kv_capacity_tokens": c.kv_capacity_tokens,
+        "kv_head_replication": c.kv_head_replication,
+        "predicted": predicted,
+        "simulations": c.simulations,
+        "reasons": list(c.reasons),
+        "quantized_from": (
+            checkpoint.value
+            if BYTES_PER_ELEMENT[c.weight_dtype] < BYTES_PER_ELEMENT[checkpoint]
+            else None
+        ),
+    }
+
+
+def _disaggregated_document(d: DisaggregatedPlan) -> dict[str, Any]:
+    return {
+        "gpu": d.gpu_id,
+        "tp": d.tp,
+        "weight_dtype": d.weight_dtype.value,
+        "kv_dtype": d.kv_dtype.value,
+        "chunk_tokens": d.chunk_tokens,
+        "prefill_replicas": d.prefill_replicas,
+        "prefill_max_requests_per_s_per_replica": d.prefill_max_requests_per_s_per_replica,
+        "decode_replicas": d.decode_replicas,
+        "decode_batch_size": d.decode_batch_size,
+        "decode_mean_batch": d.decode_mean_batch,
+        "decode_tpot_ms": d.decode_tpot_ms,
+        "decode_max_requests_per_s_per_replica": d.decode_max_requests_per_s_per_replica,
+        "gpus_total": d.gpus_total,
+        "cost_per_hour_usd": d.cost_per_hour_usd,
+        "cost_per_million_output_tokens_usd": d.cost_per_million_output_tokens_usd,
+        "aggregated_cost_per_hour_usd": d.aggregated_cost_per_hour_usd,
+        "cheaper": d.cheaper,
+        "verdict": d.verdict,
+        "method": d.method,
+    }
+
+
+def _document(
+    plan: CapacityPlan, elapsed_ms: float, query: PlanQuery, checkpoint: DType
+) -> dict[str, Any]:
+    ranked = [c for c in plan.candidates if c.status.value != "pruned"]
+    pruned = [c for c in plan.candidates if c.status.value == "pruned"]
+    buckets = [b for b, _ in query.ttft_buckets]
+    documents = [_candidate_document(c, checkpoint) for c in ranked]
+    for document in documents:
+        predicted = document["predicted"]
+        if predicted is not None:
+            predicted["ttft_p99_ms_by_bucket"] = [
+                {"max_prompt_tokens": bound, "ttft_p99_ms": ms}
+                for bound, ms in zip(buckets, predicted["ttft_p99_ms_by_bucket"], strict=True)
+            ]
+    return {
+        "plans": documents,
+        "pruned": [_candidate_document(c, checkpoint) for c in pruned],
+        "disaggregated": (
+            _disaggregated_document(plan.disaggregated) if plan.disaggregated else None
+        ),
+        "demand_requests_per_s": plan.demand_requests_per_s,
+        "mean_prompt_tokens": plan.mean_prompt_tokens,
+        "mean_output_tokens": plan.mean_output_tokens,
+        "probe_requests": plan.probe_requests,
+        "simulations": plan.simulations,
+        "elapsed_ms": elapsed_ms,
+        "notes": list(plan.notes) + _quantisation_notes(documents, checkpoint),
+    }
+
+
+def _quantisation_notes(documents: list[dict[str, Any]], checkpoint: DType) -> list[str]:
+    formats = sorted({d["weight_dtype"] for d in documents if d["quantized_from"] is not None})
+    if not formats:
+        return []
+    return [
+        f"{', '.join(formats)} weights quantise the model's {checkpoint} checkpoint: a change in "
+        "output quality to measure before serving (those candidates carry quantized_from)"
+    ]
+
+
+def _summary(plan: CapacityPlan) -> dict[str, Any]:
+    best = plan.best
+    if best is None:
+        return {"feasible": False}
+    return {
+        "feasible": True,
+        "gpu": best.gpu_id,
+        "tp": best.tp,
+        "weight_dtype": best.weight_dtype.value,
+        "replicas": best.replicas,
+        "gpus_total": best.gpus_total,
+        "cost_per_hour_usd": best.cost_per_hour_usd,
+    }
+
+
+def store_plan(
+    session: Session, job: PlanJob, computed: ComputedPlan, request: Mapping[str, Any]
+) -> PlanRow:
+    """Store a computed plan with `request` (the body as validated); returns the row."""
+    row = PlanRow(
+        id=uuid.uuid4().hex,
+        created_at=utcnow(),
+        model_id=job.model_id,
+        requests_per_s=computed.demand_requests_per_s / (1 + job.query.headroom),
+        request=dict(request),
+        response=computed.document,
+        catalog_versions=job.catalog_versions,
+        summary=computed.summary,
+    )
+    PlanRepository(session).add(row)
+    return row
+
+
+def get_plan(session: Session, plan_id: str) -> PlanRow:
+    row = PlanRepository(session).get(plan_id)
+    if row is None:
+        raise PlanNotFound(plan_id)
+    return row
+
+
+def list_plans(
+    session: Session, *, limit: int, offset: int, model_id: str | None = None
+) -> Page[PlanRow]:
+    """Stored plans, newest first, without their request and response documents."""
+    items, total = PlanRepository(session).recent(limit=limit, offset=offset, model_id=model_id)
+    return Page(items=items, total=total, limit=limit, offset=offset)

@@ -1,0 +1,165 @@
+"""`/v1/benchmark-runs`: measured runs, and each run's estimate-against-measurement report."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
+
+from app.catalog.gpu_schemas import EfficiencyValues
+from app.formats.run_document import RunDocument
+from app.runs.calibration import efficiency_document
+from app.runs.orm import BenchmarkRunRow
+from app.runs.schemas import (
+    BenchmarkRunPage,
+    BenchmarkRunRead,
+    BenchmarkRunSummary,
+    GpuBasisRead,
+    PhaseValidationRead,
+    PointValidationRead,
+    RunValidationRead,
+)
+from app.runs.service import get_run, list_runs, store_run
+from app.runs.validation import RunValidation, validate_run
+from app.web.deps import (
+    ApiKeyDep,
+    LimitQuery,
+    OffsetQuery,
+    json_response,
+    read_json,
+    write_in_session,
+)
+from app.web.schemas import ID_PATTERN, NO_NUL, problem_responses
+
+router = APIRouter(prefix="/v1", tags=["benchmark runs"])
+
+_RUN_ID = Path(
+    pattern=ID_PATTERN,
+    description="Benchmark run id.",
+    examples=["ref-seed000-a100-sxm4-80gb-llama-3-8b"],
+)
+
+
+def _read(row: BenchmarkRunRow) -> BenchmarkRunRead:
+    return BenchmarkRunRead.model_validate(
+        {**row.document, "id": row.id, "stored_at": row.stored_at, "origin": row.origin}
+    )
+
+
+def _summary(row: BenchmarkRunRow) -> BenchmarkRunSummary:
+    points = row.document.get("points", [])
+    return BenchmarkRunSummary(
+        id=row.id,
+        gpu=row.gpu_id,
+        model=row.model_id,
+        device_name=row.device_name,
+        device_kind=row.device_kind,
+        dtype=row.dtype,
+        tp=row.tp,
+        provenance=row.provenance_kind,
+        created_at=row.started_at,
+        stored_at=row.stored_at,
+        origin=row.origin,
+        points=len(points),
+        measured_points=sum(1 for p in points if p.get("skipped") is None),
+    )
+
+
+@router.post(
+    "/benchmark-runs",
+    response_model=BenchmarkRunRead,
+    status_code=status.HTTP_201_CREATED,
+    summary="Upload a benchmark run",
+    description=(
+        "The run document `ridgeline-bench` writes (schema_version 1), with `id` null. Unknown "
+        "schema versions, negative or disordered times, and points the run's own model spec "
+        "cannot take get 422 naming the field, and nothing is stored."
+    ),
+    responses=problem_responses(400, 401, 403, 413, 415, 422),
+)
+async def upload_run(
+    document: Annotated[RunDocument, Body()],
+    request: Request,
+    _key: ApiKeyDep,
+) -> Response:
+    return await write_in_session(
+        request,
+        lambda session: store_run(session, document),
+        lambda row: json_response(
+            _read(row), 201, {"Location": f"{router.prefix}/benchmark-runs/{row.id}"}
+        ),
+    )
+
+
+@router.get(
+    "/benchmark-runs",
+    response_model=BenchmarkRunPage,
+    summary="List benchmark runs, newest first",
+    responses=problem_responses(422),
+)
+async def list_runs_route(
+    request: Request,
+    gpu: Annotated[
+        str | None,
+        Query(pattern=NO_NUL, max_length=64, description="Only runs naming this GPU catalog id."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        Query(pattern=NO_NUL, max_length=64, description="Only runs of this model catalog id."),
+    ] = None,
+    limit: LimitQuery = 50,
+    offset: OffsetQuery = 0,
+) -> Response:
+    return await read_json(
+        request,
+        lambda session: BenchmarkRunPage.of(
+            list_runs(session, gpu=gpu, model=model, limit=limit, offset=offset), _summary
+        ),
+    )
+
+
+@router.get(
+    "/benchmark-runs/{run_id}",
+    response_model=BenchmarkRunRead,
+    summary="Get a benchmark run",
+    responses=problem_responses(404),
+)
+async def get_run_route(run_id: Annotated[str, _RUN_ID], request: Request) -> Response:
+    return await read_json(request, lambda session: _read(get_run(session, run_id)))
+
+
+@router.get(
+    "/benchmark-runs/{run_id}/validation",
+    response_model=RunValidationRead,
+    summary="Compare a run's measurements with the engine's estimates",
+    description=(
+        "Each measured point beside the estimate for exactly its workload, with the run's own "
+        "model spec, dtype and tp, on the run's catalog GPU at its current efficiency (or the "
+        "catalog GPU whose alias is the run's device; else the run's own microbenchmarks as "
+        "peaks, at 100 % and no overhead). 422 when there is nothing to compare against."
+    ),
+    responses=problem_responses(404, 422),
+)
+async def validate_run_route(run_id: Annotated[str, _RUN_ID], request: Request) -> Response:
+    return await read_json(request, lambda session: _validation(validate_run(session, run_id)))
+
+
+def _validation(report: RunValidation) -> RunValidationRead:
+    basis = report.basis
+    return RunValidationRead(
+        run_id=report.run_id,
+        gpu_basis=GpuBasisRead(
+            kind=basis.kind,
+            gpu=basis.gpu_id,
+            gpu_version=basis.gpu_version,
+            calibration_id=basis.calibration_id,
+            efficiency=EfficiencyValues.model_validate(
+                efficiency_document(report.efficiency, basis.calibration_id)
+            ),
+            note=basis.note,
+        ),
+        points=[PointValidationRead.model_validate(point) for point in report.points],
+        skipped_points=report.skipped_points,
+        mape_pct=report.mape_pct,
+        phases=[PhaseValidationRead.model_validate(phase) for phase in report.phases],
+    )

@@ -1,0 +1,324 @@
+"""Serving simulations: one replica of a model on a GPU serving a Poisson workload or a trace.
+
+Resolves the target (catalog ids or inline specs), sizes the KV cache from the memory plan at the
+scheduler's settings, builds the trace and runs `app.engine.simulator.simulate`. Stores nothing.
+Also home of the request-to-engine mappings the planner shares: length distributions and traces.
+
+The work one simulation may demand is bounded: at most `MAX_SIMULATED_STEPS` forward steps
+(refused up front when the workload provably needs more, stopped when a run reaches it), arrival
+rates of at least `MIN_REQUESTS_PER_S` and arrival times below `MAX_ARRIVAL_S` (so that step
+times are not lost in rounding), and lengths within the model's context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.catalog.spec_cache import SpecCache
+from app.catalog.specs import invalid_spec
+from app.engine.memory import memory_plan
+from app.engine.simulator import (
+    SchedulerConfig,
+    SimulationResult,
+    SimulationTooLong,
+    expected_steps,
+    simulate,
+)
+from app.engine.simulator import (
+    kv_capacity_tokens as pool_tokens,
+)
+from app.engine.specs import SpecError
+from app.engine.workload import (
+    HistogramLengths,
+    LengthDistribution,
+    PercentileLengths,
+    PoissonWorkload,
+    Trace,
+)
+from app.errors import InvalidInput
+from app.targets.service import Target, resolve_target
+
+__all__ = [
+    "ANONYMOUS_BUDGET",
+    "KEYED_BUDGET",
+    "MAX_ARRIVAL_S",
+    "MAX_SIMULATED_STEPS",
+    "MIN_REQUESTS_PER_S",
+    "SimulationJob",
+    "SimulationQuery",
+    "SimulationRun",
+    "WorkBudget",
+    "check_trace_lengths",
+    "kv_capacity_tokens",
+    "length_distribution",
+    "prepare_simulation",
+    "run_simulation_job",
+    "trace_from_rows",
+]
+
+
+MAX_SIMULATED_STEPS = 10_000_000
+"""Forward steps one simulation may take: some 5 to 40 seconds of CPU, depending on the share of
+prefill steps (100,000 requests at 30 % load take 2.3 million)."""
+MIN_REQUESTS_PER_S = 1e-3
+"""Slowest arrival rate accepted: 200,000 requests then span 2e8 s, still resolved to 0.1 us."""
+MAX_ARRIVAL_S = 1e9
+"""Latest arrival time accepted, seconds: float64 resolves it to about 0.1 us."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRun:
+    target: Target
+    scheduler: SchedulerConfig
+    kv_capacity_tokens: int
+    num_requests: int
+    result: SimulationResult
+
+
+def length_distribution(
+    fields: Mapping[str, Any], field: str, max_tokens: int | None = None
+) -> LengthDistribution:
+    """`{p50, p90, p99}` or `{edges_tokens, weights}` as the engine's distribution; a 422 naming
+    `field` and the offending key. `max_tokens` clamps sampled percentile lengths (a model's
+    context); a p99, or a histogram's last bin, above it is refused."""
+    try:
+        if fields.get("edges_tokens") is not None:
+            edges = tuple(int(edge) for edge in fields["edges_tokens"])
+            if max_tokens is not None and edges[-1] - 1 > max_tokens:
+                raise InvalidInput.at(
+                    f"{field}.edges_tokens",
+                    f"the last bin reaches {edges[-1] - 1} tokens, beyond the model's "
+                    f"{max_tokens}-token context",
+                )
+            return HistogramLengths(
+                edges_tokens=edges, weights=tuple(float(weight) for weight in fields["weights"])
+            )
+        return PercentileLengths(
+            p50=float(fields["p50"]),
+            p90=float(fields["p90"]),
+            p99=float(fields["p99"]),
+            max_tokens=max_tokens,
+        )
+    except SpecError as error:
+        if error.field == "max_tokens":
+            raise InvalidInput.at(
+                f"{field}.p99", f"exceeds the model's {max_tokens}-token context"
+            ) from None
+        raise invalid_spec(error, field) from None
+
+
+def trace_from_rows(rows: Sequence[Sequence[float]], field: str = "trace") -> Trace:
+    """(arrival_s, prompt_tokens, output_tokens) rows, in any order, as a trace in arrival order."""
+    ordered = sorted(rows, key=lambda row: row[0])
+    try:
+        return Trace.from_rows((float(a), int(p), int(o)) for a, p, o in ordered)
+    except SpecError as error:
+        raise InvalidInput.at(field, error.message) from None
+
+
+def check_trace_lengths(trace: Trace, max_tokens: int, field: str) -> None:
+    """422 naming `field` when a prompt or an output of `trace` exceeds the model's context."""
+    for column, lengths in (
+        ("prompt_tokens", trace.prompt_tokens),
+        ("output_tokens", trace.output_tokens),
+    ):
+        longest = int(lengths.max())
+        if longest > max_tokens:
+            row = int(lengths.argmax())
+            raise InvalidInput.at(
+                field,
+                f"a request's {column} ({longest}, row {row} in arrival order) exceeds the "
+                f"model's {max_tokens}-token context",
+            )
+
+
+def kv_capacity_tokens(
+    target: Target,
+    scheduler: SchedulerConfig,
+    *,
+    gpu_memory_utilization: float,
+    block_tokens: int,
+) -> int:
+    """The KV pool of one replica, in whole blocks of tokens; 422 when nothing is left."""
+    try:
+        plan = memory_plan(
+            target.model,
+            target.gpu,
+            target.deployment,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=scheduler.max_num_batched_tokens,
+            max_num_seqs=scheduler.max_num_seqs,
+        )
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    tokens = pool_tokens(plan, block_tokens)
+    if tokens < block_tokens:
+        raise InvalidInput.at(
+            "gpu",
+            f"weights ({plan.weights_bytes / 1e9:.1f} GB) and activations "
+            f"({plan.activation_reserve_bytes / 1e9:.1f} GB) per GPU leave no KV cache in "
+            f"{plan.usable_bytes / 1e9:.1f} GB usable: raise tp or quantise",
+        )
+    return tokens
+
+
+@dataclass(frozen=True, slots=True)
+class WorkBudget:
+    """How much one request may ask the simulator to do."""
+
+    max_requests: int
+    max_steps: int
+    """Checked before the run against `expected_steps`; the run itself stops at
+    `STEP_LIMIT_FACTOR` times this (the estimate is within a factor of about 1.5)."""
+
+
+STEP_LIMIT_FACTOR = 2
+KEYED_BUDGET = WorkBudget(max_requests=200_000, max_steps=MAX_SIMULATED_STEPS)
+"""With an API key."""
+ANONYMOUS_BUDGET = WorkBudget(max_requests=20_000, max_steps=1_000_000)
+"""Without one: a few seconds of one worker process at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationQuery:
+    """A simulation request, as the service needs it (the API schema builds it)."""
+
+    target: Mapping[str, Any]
+    scheduler: Mapping[str, Any]
+    workload: Mapping[str, Any] | None
+    trace_rows: Sequence[Sequence[float]] | None
+    seed: int
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    gpu_memory_utilization: float
+    block_tokens: int
+    kv_capacity_override_tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationJob:
+    """Everything one run needs, resolved and checked: what a worker process executes."""
+
+    target: Target
+    trace: Trace
+    scheduler: SchedulerConfig
+    kv_capacity_tokens: int
+    block_tokens: int
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    max_steps: int
+    work_field: str
+
+
+def prepare_simulation(
+    cache: SpecCache, query: SimulationQuery, budget: WorkBudget = KEYED_BUDGET
+) -> SimulationJob:
+    """Resolve the target, size the KV cache, build the trace and check the work against
+    `budget` before anything runs: 422 naming the field when it asks for more."""
+    target = resolve_target(cache, **query.target)
+    try:
+        config = SchedulerConfig(**query.scheduler)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    if query.kv_capacity_override_tokens is not None:
+        kv_tokens = query.kv_capacity_override_tokens
+    else:
+        kv_tokens = kv_capacity_tokens(
+            target,
+            config,
+            gpu_memory_utilization=query.gpu_memory_utilization,
+            block_tokens=query.block_tokens,
+        )
+    context = target.model.max_context_tokens
+    workload = query.workload
+    if query.trace_rows is not None:
+        work_field = "trace"
+        _within(budget, len(query.trace_rows), work_field)
+        trace = trace_from_rows(query.trace_rows)
+        check_trace_lengths(trace, context, "trace")
+    elif workload is not None:
+        work_field = "workload.num_requests"
+        _within(budget, int(workload["num_requests"]), work_field)
+        try:
+            trace = PoissonWorkload(
+                requests_per_s=float(workload["requests_per_s"]),
+                num_requests=int(workload["num_requests"]),
+                prompt_tokens=length_distribution(
+                    workload["prompt_tokens"], "workload.prompt_tokens", context
+                ),
+                output_tokens=length_distribution(
+                    workload["output_tokens"], "workload.output_tokens", context
+                ),
+            ).trace(query.seed)
+        except SpecError as error:
+            raise invalid_spec(error, "workload") from None
+    else:
+        raise InvalidInput.at("workload", "give a workload or a trace")
+    try:
+        steps = expected_steps(trace, target.cost, config)
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    if steps > budget.max_steps:
+        raise InvalidInput.at(
+            work_field,
+            f"serving this takes about {steps:,} forward steps, over the {budget.max_steps:,} "
+            f"one simulation may take{_KEY_HINT if budget is not KEYED_BUDGET else ''}: "
+            "simulate fewer requests, shorter outputs or a higher rate (a few thousand "
+            "requests give the percentiles at any load)",
+        )
+    return SimulationJob(
+        target=target,
+        trace=trace,
+        scheduler=config,
+        kv_capacity_tokens=kv_tokens,
+        block_tokens=query.block_tokens,
+        ttft_slo_ms=query.ttft_slo_ms,
+        tpot_slo_ms=query.tpot_slo_ms,
+        max_steps=budget.max_steps * STEP_LIMIT_FACTOR,
+        work_field=work_field,
+    )
+
+
+_KEY_HINT = " without an API key (an API key allows more)"
+
+
+def _within(budget: WorkBudget, requests: int, field: str) -> None:
+    if requests > budget.max_requests:
+        hint = _KEY_HINT if budget is not KEYED_BUDGET else ""
+        raise InvalidInput.at(
+            field,
+            f"{requests:,} requests exceed the {budget.max_requests:,} one simulation may "
+            f"serve{hint}",
+        )
+
+
+def run_simulation_job(job: SimulationJob) -> SimulationRun:
+    """Run a prepared simulation (in a heavy-work process; pure computation)."""
+    try:
+        result = simulate(
+            job.trace,
+            job.target.cost,
+            kv_capacity_tokens=job.kv_capacity_tokens,
+            block_tokens=job.block_tokens,
+            scheduler=job.scheduler,
+            ttft_slo_ms=job.ttft_slo_ms,
+            tpot_slo_ms=job.tpot_slo_ms,
+            max_steps=job.max_steps,
+        )
+    except SimulationTooLong as error:
+        raise InvalidInput.at(
+            job.work_field,
+            f"{error.message}: simulate fewer requests, shorter outputs or a larger "
+            "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
+        ) from None
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    return SimulationRun(
+        target=job.target,
+        scheduler=job.scheduler,
+        kv_capacity_tokens=job.kv_capacity_tokens,
+        num_requests=len(job.trace),
+        result=result,
+    )

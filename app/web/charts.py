@@ -1,0 +1,142 @@
+"""SVG charts of the roofline and the prefill curve, for people who would rather look than read.
+
+matplotlib is imported on the first chart only: the JSON hot path never pays for it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from app.estimates.schemas import PrefillCurveResponse, RooflineResponse
+
+__all__ = ["SVG_MEDIA_TYPE", "prefill_curve_svg", "roofline_svg", "wants_svg"]
+
+SVG_MEDIA_TYPE = "image/svg+xml"
+_TERA = 1e12
+
+
+def wants_svg(accept: str | None) -> bool:
+    """True when the Accept header prefers SVG to JSON (by q-value, then by order)."""
+    if not accept:
+        return False
+    ranked: list[tuple[float, int, str]] = []
+    for index, part in enumerate(accept.split(",")):
+        media, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        ranked.append((quality, -index, media.lower()))
+    for quality, _, media in sorted(ranked, reverse=True):
+        if quality <= 0:
+            return False
+        if media in {SVG_MEDIA_TYPE, "image/*"}:
+            return True
+        if media in {"application/json", "application/*", "*/*"}:
+            return False
+    return False
+
+
+def _figure() -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    figure = Figure(figsize=(8, 5), dpi=100, layout="constrained")
+    axes: Axes = figure.subplots()
+    return figure, axes
+
+
+def _svg(figure: Figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def roofline_svg(answer: RooflineResponse) -> str:
+    """Attainable FLOP/s against arithmetic intensity, log-log, with the ridge and each phase."""
+    figure, axes = _figure()
+    bandwidth = answer.memory_bandwidth_bytes_per_s / _TERA
+    ridge = answer.ridge_intensity
+    intensities = [p.arithmetic_intensity for p in answer.phases] + [ridge]
+    low = min(0.5, *intensities) / 2
+    high = max(ridge * 100, *intensities) * 2
+    # One roof per format the phases compute in (fp8 attention has a higher roof than bf16 GEMMs).
+    roofs = {answer.compute_dtype: ridge} | {
+        p.compute_dtype: p.ridge_intensity for p in answer.phases
+    }
+    for dtype, ridge_of in sorted(roofs.items(), key=lambda item: item[1]):
+        peak_of = ridge_of * bandwidth
+        xs = [low, ridge_of, high]
+        axes.plot(
+            xs,
+            [min(peak_of, bandwidth * x) for x in xs],
+            color="#1f4e79",
+            linewidth=2 if dtype == answer.compute_dtype else 1.2,
+            linestyle="-" if dtype == answer.compute_dtype else "--",
+            label=f"{dtype} roof ({peak_of:,.0f} TFLOP/s)",
+        )
+        axes.axvline(ridge_of, color="#999999", linestyle=":", linewidth=1)
+        axes.text(
+            ridge_of * 1.08,
+            0.03,
+            f"{dtype} ridge {ridge_of:,.0f} FLOP/B",
+            transform=axes.get_xaxis_transform(),
+            rotation=90,
+            fontsize=8,
+            color="#555555",
+            verticalalignment="bottom",
+        )
+    for phase in answer.phases:
+        y = phase.attainable_flops_per_s / _TERA
+        color = "#c0392b" if phase.bound == "memory" else "#27ae60"
+        axes.scatter([phase.arithmetic_intensity], [y], color=color, zorder=3)
+        axes.annotate(
+            f"{phase.name} ({phase.compute_dtype})\n{phase.arithmetic_intensity:,.4g} FLOP/B",
+            (phase.arithmetic_intensity, y),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize=8,
+        )
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (FLOP per byte)")
+    axes.set_ylabel("attainable TFLOP/s")
+    axes.legend(loc="lower right", fontsize=8)
+    title = f"Roofline: {answer.gpu}" + (f", {answer.model}" if answer.model else "")
+    axes.set_title(title)
+    axes.grid(True, which="both", alpha=0.25)
+    return _svg(figure)
+
+
+def prefill_curve_svg(answer: PrefillCurveResponse) -> str:
+    """TTFT against prompt length, log-log, with the attention crossover marked."""
+    figure, axes = _figure()
+    points = sorted(answer.points, key=lambda p: p.prompt_tokens)
+    xs = [p.prompt_tokens for p in points]
+    axes.plot(xs, [p.ttft_ms for p in points], marker="o", markersize=3, color="#1f4e79")
+    crossover = answer.crossover_tokens
+    axes.axvline(crossover, color="#c0392b", linestyle="--", linewidth=1)
+    axes.annotate(
+        f"crossover {crossover:,} tokens\n(attention FLOPs = linear FLOPs)",
+        (crossover, points[0].ttft_ms),
+        textcoords="offset points",
+        xytext=(6, 6),
+        fontsize=8,
+        color="#c0392b",
+    )
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("prompt tokens")
+    axes.set_ylabel("TTFT (ms)")
+    target = answer.target
+    axes.set_title(f"Prefill: {target.model} on {target.gpu} (tp {target.tp})")
+    axes.grid(True, which="both", alpha=0.25)
+    return _svg(figure)

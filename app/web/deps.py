@@ -1,0 +1,277 @@
+"""Request-scoped dependencies: the session, the caller's key, the If-Match precondition."""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import re
+import time
+from collections.abc import Callable
+from typing import Annotated, Protocol, TypeVar
+
+from fastapi import Depends, Header, Query, Request, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from app.catalog.service import ANY_VERSION, Precondition
+from app.catalog.spec_cache import NotCached, SpecCache
+from app.settings import Settings
+from app.web.heavy import HeavyWork
+from app.web.memo import ResponseMemo
+from app.web.problems import ApiProblem, is_sqlite_busy
+
+__all__ = [
+    "ApiKeyDep",
+    "HeavyWorkDep",
+    "IfMatchDep",
+    "LimitQuery",
+    "OffsetQuery",
+    "OptionalApiKeyDep",
+    "SettingsDep",
+    "SpecCacheDep",
+    "etag_for",
+    "json_response",
+    "memoized_answer",
+    "not_modified",
+    "read_in_session",
+    "read_json",
+    "require_api_key",
+    "write_in_session",
+]
+
+T = TypeVar("T")
+W = TypeVar("W")
+_BUSY_ATTEMPTS = 3
+_BUSY_BACKOFF_S = 0.05
+# entity-tag = [ weak ] opaque-tag; opaque-tag = DQUOTE *etagc DQUOTE (RFC 9110 8.8.3).
+_ENTITY_TAG = re.compile(r'^[ \t]*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"[ \t]*$')
+
+
+# Trivial dependencies are `async def`: FastAPI would run a plain `def` in the thread pool.
+async def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_spec_cache(request: Request) -> SpecCache:
+    cache: SpecCache = request.app.state.spec_cache
+    return cache
+
+
+LimitQuery = Annotated[int, Query(ge=1, le=500, description="Page size.")]
+OffsetQuery = Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")]
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+SpecCacheDep = Annotated[SpecCache, Depends(get_spec_cache)]
+
+
+_BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="`Authorization: Bearer <key>`, a key of `RIDGELINE_API_KEYS`.",
+)
+_API_KEY_HEADER = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    scheme_name="apiKey",
+    description="`X-API-Key: <key>`, the same keys as the bearer scheme.",
+)
+
+
+async def caller_key(
+    settings: SettingsDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    api_key: Annotated[str | None, Depends(_API_KEY_HEADER)],
+) -> str | None:
+    """The caller's key (`Authorization: Bearer <key>` or `X-API-Key: <key>`), None when it
+    sent none; 403 when it is not one of `RIDGELINE_API_KEYS`."""
+    key = bearer.credentials.strip() if bearer is not None else api_key
+    if not key:
+        return None
+    if not any(hmac.compare_digest(key.encode(), known.encode()) for known in settings.api_keys):
+        raise ApiProblem(403, "forbidden", "That API key is not accepted here.")
+    return key
+
+
+async def require_api_key(key: Annotated[str | None, Depends(caller_key)]) -> str:
+    """The caller's key; 401 when none is given (see `caller_key`)."""
+    if key is None:
+        raise ApiProblem(
+            401,
+            "unauthenticated",
+            "Writes need an API key: send Authorization: Bearer <key> or X-API-Key: <key>.",
+            headers={"WWW-Authenticate": 'Bearer realm="ridgeline"'},
+        )
+    return key
+
+
+ApiKeyDep = Annotated[str, Depends(require_api_key)]
+OptionalApiKeyDep = Annotated[str | None, Depends(caller_key)]
+"""The caller's key or None: open routes that allow more work to callers with a key."""
+
+
+async def get_heavy_work(request: Request) -> HeavyWork:
+    heavy: HeavyWork = request.app.state.heavy_work
+    return heavy
+
+
+HeavyWorkDep = Annotated[HeavyWork, Depends(get_heavy_work)]
+
+
+async def parse_if_match(
+    if_match: Annotated[
+        str | None,
+        Header(
+            description=(
+                'The ETag you read (e.g. `"3"`), a list of them, or `*`. One that does not name '
+                "the current version gets 412, so two writers never overwrite each other "
+                "unknowingly."
+            ),
+        ),
+    ] = None,
+) -> Precondition | None:
+    """What `If-Match` asks (RFC 9110 section 13.1.1), or None without the header. Strong
+    ETags of digits name versions; any other well-formed entity-tag (`"abc"`, weak `W/"3"`)
+    names none, so it fails the precondition (412). A value that is not a list of entity-tags
+    at all (`abc`, `null`) is a 400."""
+    if if_match is None:
+        return None
+    if if_match.strip() == "*":
+        return ANY_VERSION
+    versions = set()
+    for tag in if_match.split(","):
+        match = _ENTITY_TAG.match(tag)
+        if match is None:
+            shown = if_match if len(if_match) <= 80 else if_match[:80] + "..."
+            raise ApiProblem(
+                400,
+                "bad-etag",
+                f'If-Match {shown!r} is not a list of quoted entity-tags such as "3".',
+            )
+        weak, opaque = match.group(1), match.group(2)
+        if not weak and opaque.isdigit() and len(opaque) <= 18:
+            versions.add(int(opaque))
+    return Precondition(frozenset(versions))
+
+
+IfMatchDep = Annotated[Precondition | None, Depends(parse_if_match)]
+
+
+def etag_for(version: int) -> str:
+    """The strong ETag of an entry at `version` (`"3"`): what `If-Match` names to write it."""
+    return f'"{version}"'
+
+
+async def read_in_session(request: Request, read: Callable[[Session], T]) -> T:
+    """Run `read` with a session of its own in the thread pool: one hop for a read that
+    would otherwise take three (a session dependency's enter and exit, and the route)."""
+
+    def run() -> T:
+        with request.app.state.session_factory() as session:
+            return read(session)
+
+    return await run_in_threadpool(run)
+
+
+async def read_json(request: Request, read: Callable[[Session], BaseModel]) -> Response:
+    """The JSON of the answer `read` builds with a session of its own, in one thread-pool hop
+    (reading, shaping and serialising all happen there, off the event loop)."""
+
+    def answer(session: Session) -> bytes:
+        return read(session).model_dump_json().encode()
+
+    return Response(await read_in_session(request, answer), media_type="application/json")
+
+
+async def write_in_session(
+    request: Request, write: Callable[[Session], W], present: Callable[[W], T]
+) -> T:
+    """Run `write` in a transaction of its own, commit it, and `present` what it returned: all
+    in one thread-pool hop, so no transaction (and no row lock) is ever held open while the
+    request waits for a thread. Rolled back when `write` raises.
+
+    Cached specs of the catalog entries a committed write touched are dropped at once. A write
+    that SQLite refuses because another writer holds the database past its busy timeout is
+    retried from the start (the transaction was rolled back, nothing of it stands) a few times
+    with backoff; then it is a 503 `busy` (`app.web.problems`)."""
+    cache: SpecCache = request.app.state.spec_cache
+    factory = request.app.state.session_factory
+
+    def run() -> T:
+        for attempt in itertools.count():
+            try:
+                with factory() as session:
+                    try:
+                        result = write(session)
+                        session.commit()
+                    except BaseException:
+                        session.rollback()
+                        raise
+                    changes = session.info.pop("catalog_changes", ())
+            except OperationalError as error:
+                if attempt + 1 >= _BUSY_ATTEMPTS or not is_sqlite_busy(error):
+                    raise
+                time.sleep(_BUSY_BACKOFF_S * 2**attempt)
+                continue
+            for kind, entry_id in changes:
+                cache.invalidate(kind, entry_id)
+            return present(result)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return await run_in_threadpool(run)
+
+
+def json_response(
+    payload: BaseModel, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """`payload` serialised by pydantic-core, as the route's declared `response_model` would."""
+    return Response(
+        payload.model_dump_json(), status_code, headers=headers, media_type="application/json"
+    )
+
+
+def not_modified(if_none_match: str | None, etag: str) -> bool:
+    """True when `If-None-Match` names `etag` (or `*`): the client's copy is current."""
+    if if_none_match is None:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+class EstimateBody(Protocol):
+    def refs(self) -> dict[str, object]: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+async def memoized_answer(
+    request: Request, body: EstimateBody, produce: Callable[[], BaseModel]
+) -> Response:
+    """The JSON answer to `body`: from the response memo when the same question was answered
+    with the same catalog entries; else `produce()`d and remembered. `produce` runs on the event
+    loop when every entry it names is cached (pure computation, no I/O), else in the thread
+    pool, where it may read the database."""
+    cache: SpecCache = request.app.state.spec_cache
+    memo: ResponseMemo = request.app.state.response_memo
+    generations = cache.generations(**body.refs())
+    answer = None
+    key = None
+    if generations is not None:
+        key = (request.scope["path"], body.model_dump_json(), generations)
+        hit = memo.get(key)
+        if hit is not None:
+            return Response(hit, media_type="application/json")
+        try:
+            with cache.cached_only():
+                answer = produce()
+        except NotCached:  # an entry expired or was dropped meanwhile: never read it here
+            key = None
+    if answer is None:
+        answer = await run_in_threadpool(produce)
+    payload = answer.model_dump_json().encode()
+    if key is not None:
+        memo.put(key, payload)
+    return Response(payload, media_type="application/json")
