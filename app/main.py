@@ -12,16 +12,14 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
-from app.catalog import endpoints as models
-from app.catalog import gpu_endpoints as gpus
+from app.catalog import endpoints as catalog
 from app.catalog.loader import load_bundled_catalog
 from app.catalog.spec_cache import SpecCache
 from app.db.session import DatabaseLimits, make_engine, make_session_factory
 from app.estimates import endpoints as estimates
 from app.logs import configure_logging
 from app.plans import endpoints as plans
-from app.runs import calibration_endpoints as calibrations
-from app.runs import endpoints as benchmark_runs
+from app.runs import endpoints as runs
 from app.settings import Settings, get_settings
 from app.simulations import endpoints as simulations
 from app.web import health
@@ -115,11 +113,11 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     app.state.metrics = HttpMetrics(heavy)
     install_problem_handlers(app)
     app.include_router(health.router)
-    app.include_router(gpus.router)
-    app.include_router(models.router)
+    app.include_router(catalog.gpu_router)
+    app.include_router(catalog.model_router)
     app.include_router(estimates.router)
-    app.include_router(benchmark_runs.router)
-    app.include_router(calibrations.router)
+    app.include_router(runs.run_router)
+    app.include_router(runs.calibration_router)
     app.include_router(simulations.router)
     app.include_router(plans.router)
     install_docs(app)

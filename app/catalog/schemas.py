@@ -1,12 +1,14 @@
-"""Model catalog schemas."""
+"""Catalog schemas: GPUs and models as clients write and read them."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from app.engine.calibration import MIN_FRACTION
 from app.engine.specs import FfnType
 from app.web.schemas import (
     ENTRY_ID,
@@ -19,15 +21,252 @@ from app.web.schemas import (
     merge_patch_model,
 )
 
-__all__ = [
-    "ModelArchitecture",
-    "ModelCreate",
-    "ModelFields",
-    "ModelImportRead",
-    "ModelPatch",
-    "ModelRead",
-    "MoeFields",
-]
+_TB = 10**12
+MIN_RATE = 1e6
+"""Least FLOP/s or bytes/s a part may claim: below it, times overflow to infinity."""
+Fraction = Annotated[float, Field(ge=MIN_FRACTION, le=1)]
+"""A share of a datasheet peak; 0.1 % is the least, as calibrations fit them."""
+
+
+class InterconnectKind(StrEnum):
+    NVLINK3 = "nvlink3"
+    NVLINK4 = "nvlink4"
+    NVLINK5 = "nvlink5"
+    NVLINK_BRIDGE = "nvlink-bridge"
+    PCIE4 = "pcie4"
+    PCIE5 = "pcie5"
+    INFINITY_FABRIC = "infinity-fabric"
+
+
+def _peak(dtype: str, example: float | None = None) -> Any:
+    return Field(
+        default=None,
+        ge=MIN_RATE,
+        le=1e17,
+        description=f"Dense {dtype} peak, FLOP/s (never the 2:4-sparsity figure).",
+        examples=[example] if example else None,
+    )
+
+
+class PeakFlops(Input):
+    """Dense peak FLOP/s per numeric format; leave out a format the part cannot compute in."""
+
+    fp32: float | None = _peak("fp32 (vector, non-tensor-core)", 67e12)
+    tf32: float | None = _peak("tf32 tensor-core", 494.7e12)
+    bf16: float | None = _peak("bf16 tensor-core", 989.4e12)
+    fp16: float | None = _peak("fp16 tensor-core", 989.4e12)
+    fp8: float | None = _peak("fp8 tensor-core", 1978.9e12)
+    int8: float | None = _peak("int8 tensor-core (OP/s)", 1978.9e12)
+    int4: float | None = _peak("int4 tensor-core (OP/s)")
+    fp4: float | None = _peak("fp4 tensor-core")
+
+    @model_serializer(mode="wrap")
+    def _present_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, float]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class InterconnectFields(Input):
+    """The link tensor parallelism talks over."""
+
+    kind: Annotated[InterconnectKind, Lax] = Field(
+        description="Link technology.", examples=["nvlink4"]
+    )
+    bandwidth_bytes_per_s: float = Field(
+        ge=MIN_RATE,
+        le=100 * _TB,
+        description=(
+            "Per-GPU bandwidth as datasheets quote it, both directions summed (NVLink 4: 9e11). "
+            "A ring all-reduce moves data one way, at half of it."
+        ),
+        examples=[900e9],
+    )
+    latency_s: float = Field(
+        default=5e-6,
+        ge=0,
+        le=1e-3,
+        description="Latency of one ring step of a small all-reduce, seconds.",
+        examples=[5e-6],
+    )
+
+
+class EfficiencyFractions(Input):
+    """Fractions of datasheet peak reached in practice, and the fixed cost of a forward step."""
+
+    gemm: Fraction = Field(
+        description="Fraction of tensor-core peak in linear layers and the LM head.",
+        examples=[0.62],
+    )
+    attention: Fraction = Field(
+        description="Fraction of tensor-core peak in attention.", examples=[0.6]
+    )
+    memory: Fraction = Field(description="Fraction of memory bandwidth reached.", examples=[0.85])
+    communication: Fraction = Field(
+        default=1.0, description="Fraction of link bandwidth reached.", examples=[0.8]
+    )
+    overhead_ms: float = Field(
+        default=0.0,
+        ge=0,
+        le=1000,
+        description="Fixed cost added to every forward step, ms.",
+        examples=[1.5],
+    )
+
+
+class EfficiencyFields(EfficiencyFractions):
+    """A GPU's efficiencies, and where they come from."""
+
+    source: str = Field(min_length=1, max_length=4000, description="Where these values come from.")
+    fitted_to: list[SourceRef] | None = Field(
+        default=None, description="Measurements the values were fitted to."
+    )
+    borrowed_from: str | None = Field(
+        default=None, description="The measured GPU these values were taken from, if any."
+    )
+    calibration_id: str | None = Field(
+        default=None, description="The calibration that set these values, if one did."
+    )
+
+
+class EfficiencyValues(Output):
+    """The efficiency an estimate used, or a calibration started from or wrote."""
+
+    gemm: float = Field(description="Fraction of tensor-core peak in linear layers and LM head.")
+    attention: float = Field(description="Fraction of tensor-core peak in attention.")
+    memory: float = Field(description="Fraction of memory bandwidth reached.")
+    communication: float = Field(description="Fraction of link bandwidth reached.")
+    overhead_ms: float = Field(description="Fixed cost added to every forward step, ms.")
+    source: str = Field(description="Where these values come from.")
+    calibration_id: str | None = Field(
+        default=None, description="The calibration that set these values, if one did."
+    )
+
+
+class GpuHardware(Input):
+    """What the performance model needs of a GPU. Estimates take one inline wherever they take a
+    catalog GPU id."""
+
+    memory_bytes: int = Field(
+        gt=0,
+        le=2**41,
+        description="Device memory as the driver reports it, in bytes.",
+        examples=[85899345920],
+    )
+    memory_bandwidth_bytes_per_s: float = Field(
+        ge=MIN_RATE, le=100 * _TB, description="Datasheet memory bandwidth.", examples=[3.35e12]
+    )
+    peak_flops_per_s: PeakFlops = Field(description="Dense peak FLOP/s by numeric format.")
+    interconnect: InterconnectFields = Field(description="GPU-to-GPU link within a node.")
+    efficiency: EfficiencyFields | None = Field(
+        default=None, description="Default efficiencies; a calibration replaces them."
+    )
+
+
+class GpuFields(GpuHardware):
+    """What a client writes about a GPU."""
+
+    name: str = Field(
+        min_length=1, max_length=200, description="Display name.", examples=["NVIDIA H100 SXM5"]
+    )
+    vendor: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{0,31}$", description="Lower-case vendor.", examples=["nvidia"]
+    )
+    architecture: str | None = Field(
+        default=None, max_length=32, description="Chip generation.", examples=["hopper"]
+    )
+    form_factor: str | None = Field(
+        default=None, max_length=32, description="Board form factor.", examples=["sxm5"]
+    )
+    memory_type: str | None = Field(
+        default=None, max_length=32, description="Memory technology.", examples=["HBM3"]
+    )
+    tdp_watts: float | None = Field(
+        default=None, gt=0, le=10_000, description="Board power limit.", examples=[700]
+    )
+    aliases: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Device names CUDA/ROCm report for this part; each names one GPU only.",
+        examples=[["NVIDIA H100 80GB HBM3"]],
+    )
+    price_per_gpu_hour_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="On-demand price per GPU-hour, used by plans.",
+        examples=[3.0],
+    )
+    price_note: str | None = Field(
+        default=None, max_length=2000, description="Where the price comes from, and when."
+    )
+    sources: list[SourceRef] = Field(
+        default_factory=list, max_length=64, description="Where each figure comes from."
+    )
+
+
+class GpuCreate(GpuFields):
+    """A new GPU (POST), or every writable field of one (PUT; `id` must match the path)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "a40-48gb",
+                    "name": "NVIDIA A40",
+                    "vendor": "nvidia",
+                    "architecture": "ampere",
+                    "form_factor": "pcie",
+                    "memory_bytes": 48000000000,
+                    "memory_type": "GDDR6",
+                    "memory_bandwidth_bytes_per_s": 696000000000.0,
+                    "peak_flops_per_s": {
+                        "fp32": 37400000000000.0,
+                        "tf32": 74800000000000.0,
+                        "bf16": 149700000000000.0,
+                        "fp16": 149700000000000.0,
+                        "int8": 299300000000000.0,
+                    },
+                    "interconnect": {"kind": "pcie4", "bandwidth_bytes_per_s": 64000000000.0},
+                    "tdp_watts": 300,
+                    "aliases": ["NVIDIA A40"],
+                    "price_per_gpu_hour_usd": 0.44,
+                    "price_note": "an example price: set your own provider's",
+                    "sources": [
+                        {
+                            "title": "NVIDIA A40 datasheet",
+                            "url": "https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf",
+                            "covers": [
+                                "memory_bytes",
+                                "memory_bandwidth_bytes_per_s",
+                                "peak_flops_per_s",
+                                "tdp_watts",
+                            ],
+                            "note": "dense tensor-core figures (sparse ones halved)",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+    id: ENTRY_ID
+
+
+GpuPatch = merge_patch_model(
+    GpuFields,
+    "GpuPatch",
+    example={"price_per_gpu_hour_usd": 2.49, "price_note": "our negotiated rate, 2026-12"},
+)
+
+
+class GpuRead(GpuFields, Output):
+    """A GPU as stored."""
+
+    id: str = Field(description="Catalog id.", examples=["h100-sxm5-80gb"])
+    origin: str = Field(description="`bundled` (shipped with Ridgeline) or `user`.")
+    user_modified: bool = Field(description="A bundled entry a user has edited.")
+    version: int = Field(description="Increments on every write; the ETag carries it.")
+    created_at: datetime = Field(description="When the entry was created (UTC).")
+    updated_at: datetime = Field(description="When the entry last changed (UTC).")
 
 
 class MoeFields(Input):

@@ -6,8 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.catalog.gpu_schemas import GpuHardware
-from app.catalog.schemas import ModelArchitecture
+from app.catalog.schemas import GpuHardware, ModelArchitecture
 from app.engine.batch_ceiling import BatchCeiling
 from app.engine.chunking import ChunkRecommendation
 from app.engine.estimates import (

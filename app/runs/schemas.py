@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from app.catalog.gpu_schemas import EfficiencyValues
+from app.catalog.schemas import EfficiencyValues
 from app.engine.calibration import ALL_PARAMETERS, FitParameter
 from app.formats.run_document import Phase, RunDocument
 from app.runs.service import GpuBasisKind

@@ -7,8 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.catalog.gpu_schemas import EfficiencyFractions, EfficiencyValues, GpuHardware
-from app.catalog.schemas import ModelArchitecture
+from app.catalog.schemas import (
+    EfficiencyFractions,
+    EfficiencyValues,
+    GpuHardware,
+    ModelArchitecture,
+)
 from app.targets.service import Target
 from app.web.schemas import CATALOG_REF, Format, Input, StorageFormat
 
