@@ -89,14 +89,15 @@ def parameter_count(spec: RunModelSpec) -> int:
 
 def weight_bytes(spec: RunModelSpec, element_bytes: int, max_positions: int) -> int:
     """The model's allocation: its parameters and the rotary cos/sin tables."""
-    rotary = 2 * max_positions * (spec.head_dim // 2) * element_bytes
+    rotary = 2 * max_positions * (spec.to_model_spec().head_dim // 2) * element_bytes
     return parameter_count(spec) * element_bytes + rotary
 
 
 def kv_cache_bytes(spec: RunModelSpec, batch: int, context_tokens: int, element_bytes: int) -> int:
     """Keys and values of every layer for `batch` sequences of `context_tokens`:
     `2 * L * B * K * c * h * bytes` (Llama-3-8B in bf16: 131,072 bytes per token)."""
-    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * element_bytes
+    model = spec.to_model_spec()
+    per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * element_bytes
     return batch * context_tokens * per_token
 
 
@@ -117,11 +118,12 @@ def _activation_bytes(
     attention, the fused Q/K/V output with the rotated Q and K and their temporaries. Plus the
     last position's logits and, for the unfused attention kernel, one score matrix.
     """
-    d, f, h = spec.hidden_size, spec.intermediate_size, spec.head_dim
-    heads, kv_heads = spec.num_attention_heads, spec.num_kv_heads
-    ffn = (4 * f if spec.ffn_type is FfnType.GATED else 2 * f) + 3 * d
+    model = spec.to_model_spec()
+    d, f, h = model.hidden_size, model.intermediate_size, model.head_dim
+    heads, kv_heads = model.num_attention_heads, model.num_kv_heads
+    ffn = (4 * f if model.ffn_type is FfnType.GATED else 2 * f) + 3 * d
     attention = 3 * d + 2 * (heads + 2 * kv_heads) * h
-    total = batch * tokens * max(ffn, attention) + batch * spec.vocab_size
+    total = batch * tokens * max(ffn, attention) + batch * model.vocab_size
     if materialised_scores:
         total += batch * heads * tokens * keys
     return total * element_bytes

@@ -68,23 +68,24 @@ class ModelRow(CatalogEntry):
     name: Mapped[str] = mapped_column(String(200))
     family: Mapped[str] = mapped_column(String(32), index=True)
     hf_repo: Mapped[str | None] = mapped_column(String(200))
-    num_layers: Mapped[int] = mapped_column(Integer)
-    hidden_size: Mapped[int] = mapped_column(Integer)
-    num_attention_heads: Mapped[int] = mapped_column(Integer)
-    num_kv_heads: Mapped[int] = mapped_column(Integer)
-    head_dim: Mapped[int] = mapped_column(Integer)
-    intermediate_size: Mapped[int] = mapped_column(Integer)
-    ffn_type: Mapped[str] = mapped_column(String(16))
-    vocab_size: Mapped[int] = mapped_column(Integer)
-    max_context_tokens: Mapped[int] = mapped_column(Integer)
-    tie_word_embeddings: Mapped[bool] = mapped_column(Boolean, default=False)
-    attention_bias: Mapped[bool] = mapped_column(Boolean, default=False)
-    moe: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    checkpoint_dtype: Mapped[str] = mapped_column(String(16), default="bf16")
+    architecture: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """`app.formats.specs.spec_document` of the model's `ModelSpec`: one JSON document, so a
+    field added to the spec needs no new column."""
     params_total: Mapped[int] = mapped_column(BigInteger, index=True)
     params_active: Mapped[int] = mapped_column(BigInteger)
     published_params: Mapped[int | None] = mapped_column(BigInteger)
     sources: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+    def fields(self) -> dict[str, Any]:
+        """What a client writes of this entry, flat: its architecture and what it is."""
+        return {
+            **self.architecture,
+            "name": self.name,
+            "family": self.family,
+            "hf_repo": self.hf_repo,
+            "published_params": self.published_params,
+            "sources": self.sources,
+        }
 
 
 class CatalogTombstone(Base):

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from app.catalog.orm import ModelRow
 from app.engine.calibration import MIN_FRACTION
-from app.engine.specs import FfnType
+from app.engine.dtypes import DType
+from app.engine.specs import ModelSpec, MoeSpec
+from app.formats.specs import SpecSchema, derived_from
 from app.web.schemas import (
     ENTRY_ID,
+    STORED,
     Format,
     Input,
     Lax,
@@ -269,60 +273,19 @@ class GpuRead(GpuFields, Output):
     updated_at: datetime = Field(description="When the entry last changed (UTC).")
 
 
-class MoeFields(Input):
+@derived_from(MoeSpec)
+class MoeFields(SpecSchema, Input):
     """A mixture-of-experts FFN."""
 
-    num_experts: int = Field(
-        gt=0, le=4096, description="Routed experts per MoE layer `E`.", examples=[8]
-    )
-    experts_per_token: int = Field(
-        gt=0, le=4096, description="Routed experts each token uses `k`.", examples=[2]
-    )
-    expert_intermediate_size: int = Field(
-        gt=0, le=2**20, description="FFN width of one expert.", examples=[14336]
-    )
-    num_shared_experts: int = Field(
-        default=0, ge=0, le=64, description="Always-on experts per layer.", examples=[0]
-    )
-    shared_expert_intermediate_size: int = Field(
-        default=0, ge=0, le=2**20, description="Width of a shared expert; 0: the expert width."
-    )
-    num_dense_layers: int = Field(
-        default=0, ge=0, le=1000, description="Leading layers with a dense FFN (DeepSeek)."
-    )
 
-
-class ModelArchitecture(Input):
+@derived_from(
+    ModelSpec,
+    nested={MoeSpec: MoeFields},
+    enums={DType: (Format, lambda dtype: StorageFormat(dtype.value))},
+)
+class ModelArchitecture(SpecSchema, Input):
     """A model's architecture, as its Hugging Face `config.json` gives it, in our names. Estimates
     take one inline wherever they take a catalog model id."""
-
-    num_layers: int = Field(gt=0, le=1000, description="Decoder layers `L`.", examples=[32])
-    hidden_size: int = Field(gt=0, le=2**17, description="Model width `d`.", examples=[4096])
-    num_attention_heads: int = Field(gt=0, le=1024, description="Query heads `H`.", examples=[32])
-    num_kv_heads: int = Field(
-        gt=0, le=1024, description="Key/value heads `K` (`H` for MHA, 1 for MQA).", examples=[8]
-    )
-    head_dim: int = Field(gt=0, le=1024, description="Per-head width `h`.", examples=[128])
-    intermediate_size: int = Field(
-        gt=0, le=2**20, description="FFN width `f` of dense layers.", examples=[14336]
-    )
-    ffn_type: Annotated[FfnType, Lax] = Field(
-        description="`gated` (SwiGLU, 3 matrices) or `mlp` (2 matrices)."
-    )
-    vocab_size: int = Field(gt=0, le=2**22, description="Vocabulary `V`.", examples=[128256])
-    max_context_tokens: int = Field(
-        gt=0, le=2**24, description="Longest context the model takes.", examples=[8192]
-    )
-    tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
-    attention_bias: bool = Field(default=False, description="Q/K/V projections have biases.")
-    moe: MoeFields | None = Field(default=None, description="Mixture-of-experts FFN, if any.")
-    checkpoint_dtype: Format = Field(
-        default=StorageFormat.BF16,
-        description=(
-            "The format the published weights are in (its config's `torch_dtype`, or its "
-            "quantisation). Plans serve it unless `weight_dtypes` asks for others."
-        ),
-    )
 
 
 class ModelFields(ModelArchitecture):
@@ -396,6 +359,17 @@ class ModelRead(ModelFields, Output):
     version: int = Field(description="Increments on every write; the ETag carries it.")
     created_at: datetime = Field(description="When the entry was created (UTC).")
     updated_at: datetime = Field(description="When the entry last changed (UTC).")
+
+    @classmethod
+    def from_row(cls, row: object) -> Self:
+        """The response of a stored model: its fields (the architecture flattened) and its
+        bookkeeping."""
+        if not isinstance(row, ModelRow):
+            raise TypeError(f"not a stored model: {row!r}")
+        bookkeeping = ("id", "params_total", "params_active", "origin", "user_modified")
+        stored = {name: getattr(row, name) for name in (*bookkeeping, "version")}
+        stored |= {"created_at": row.created_at, "updated_at": row.updated_at}
+        return cls.model_validate(row.fields() | stored, context=STORED)
 
 
 class ModelImportRead(ModelRead):

@@ -33,6 +33,7 @@ from app.errors import (
     NotFound,
     PreconditionFailed,
 )
+from app.formats.specs import spec_document
 
 __all__ = [
     "ANY_VERSION",
@@ -111,13 +112,13 @@ class CatalogEntries(Generic[RowT]):
         repository: CatalogRepository[RowT],
         not_found: Callable[[str, str], NotFound],
         columns: Callable[[dict[str, Any], Session, str], dict[str, Any]],
-        writable_fields: tuple[str, ...],
+        fields: Callable[[RowT], dict[str, Any]],
     ) -> None:
         self.session = session
         self.repository = repository
         self._not_found = not_found
         self._columns = columns
-        self._writable_fields = writable_fields
+        self._fields = fields
 
     # reads
 
@@ -130,7 +131,7 @@ class CatalogEntries(Generic[RowT]):
 
     def document(self, row: RowT) -> dict[str, Any]:
         """The writable fields of an entry, as a client would send them in a PUT."""
-        return {name: getattr(row, name) for name in self._writable_fields}
+        return self._fields(row)
 
     # writes
 
@@ -275,26 +276,9 @@ GPU_FIELDS = (
     "sources",
 )
 
-MODEL_FIELDS = (
-    "name",
-    "family",
-    "hf_repo",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "ffn_type",
-    "vocab_size",
-    "max_context_tokens",
-    "tie_word_embeddings",
-    "attention_bias",
-    "moe",
-    "checkpoint_dtype",
-    "published_params",
-    "sources",
-)
+MODEL_FIELDS = ("name", "family", "hf_repo", "published_params", "sources")
+"""What the catalog says of a model besides its architecture (a `ModelSpec`, stored as one
+document)."""
 
 
 def _gpu_columns(fields: dict[str, Any], session: Session, entry_id: str) -> dict[str, Any]:
@@ -318,35 +302,39 @@ def _gpu_columns(fields: dict[str, Any], session: Session, entry_id: str) -> dic
 
 def _model_columns(fields: dict[str, Any], _session: Session, _entry_id: str) -> dict[str, Any]:
     try:
-        params = count_params(model_spec_from_fields(fields))
+        spec = model_spec_from_fields(fields)
     except SpecError as error:
         raise invalid_spec(error) from None
+    params = count_params(spec)
     return {name: fields.get(name) for name in MODEL_FIELDS} | {
+        "architecture": spec_document(spec),
         "sources": list(fields.get("sources") or []),
         "params_total": params.total,
         "params_active": params.active,
     }
 
 
+def _gpu_fields(row: GpuRow) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in GPU_FIELDS}
+
+
 def gpu_spec_of(row: GpuRow) -> GpuSpec:
     """The engine spec of a stored GPU; `SpecError` if its figures are impossible."""
-    return gpu_spec_from_fields({name: getattr(row, name) for name in GPU_FIELDS} | {"id": row.id})
+    return gpu_spec_from_fields(_gpu_fields(row) | {"id": row.id})
 
 
 def model_spec_of(row: ModelRow) -> ModelSpec:
     """The engine spec of a stored model; `SpecError` if its architecture is impossible."""
-    return model_spec_from_fields(
-        {name: getattr(row, name) for name in MODEL_FIELDS} | {"id": row.id}
-    )
+    return model_spec_from_fields(row.architecture | {"id": row.id})
 
 
 def gpu_entries(session: Session) -> CatalogEntries[GpuRow]:
-    return CatalogEntries(session, GpuRepository(session), GpuNotFound, _gpu_columns, GPU_FIELDS)
+    return CatalogEntries(session, GpuRepository(session), GpuNotFound, _gpu_columns, _gpu_fields)
 
 
 def model_entries(session: Session) -> CatalogEntries[ModelRow]:
     return CatalogEntries(
-        session, ModelRepository(session), ModelNotFound, _model_columns, MODEL_FIELDS
+        session, ModelRepository(session), ModelNotFound, _model_columns, ModelRow.fields
     )
 
 

@@ -12,14 +12,13 @@ from typing import Any
 from app.engine.dtypes import DType
 from app.engine.specs import (
     Efficiency,
-    FfnType,
     GpuSpec,
     InterconnectSpec,
     ModelSpec,
-    MoeSpec,
     SpecError,
 )
 from app.errors import InvalidInput
+from app.formats.specs import build_spec
 
 __all__ = [
     "GENERIC_EFFICIENCY",
@@ -81,22 +80,6 @@ def gpu_spec_from_fields(fields: Mapping[str, Any]) -> GpuSpec:
 
 
 def model_spec_from_fields(fields: Mapping[str, Any]) -> ModelSpec:
-    """Raises `SpecError` naming the field when the architecture is impossible."""
-    moe_fields = fields.get("moe")
-    moe = MoeSpec(**{k: v for k, v in moe_fields.items() if v is not None}) if moe_fields else None
-    return ModelSpec(
-        id=fields.get("id") or "inline",
-        num_layers=fields["num_layers"],
-        hidden_size=fields["hidden_size"],
-        num_attention_heads=fields["num_attention_heads"],
-        num_kv_heads=fields["num_kv_heads"],
-        head_dim=fields["head_dim"],
-        intermediate_size=fields["intermediate_size"],
-        ffn_type=FfnType(fields["ffn_type"]),
-        vocab_size=fields["vocab_size"],
-        max_context_tokens=fields["max_context_tokens"],
-        tie_word_embeddings=bool(fields.get("tie_word_embeddings", False)),
-        attention_bias=bool(fields.get("attention_bias", False)),
-        moe=moe,
-        checkpoint_dtype=DType(fields.get("checkpoint_dtype") or DType.BF16),
-    )
+    """The model spec of a catalog entry's or an inline request's fields (other keys ignored);
+    `SpecError` naming the field when the architecture is impossible."""
+    return build_spec(ModelSpec, {**fields, "id": fields.get("id") or "inline"})

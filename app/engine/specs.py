@@ -2,13 +2,18 @@
 
 All specs are frozen dataclasses that validate themselves: an impossible spec raises `ValueError`
 with a message naming the field, so the service can turn it into a 422 without knowing the rule.
-The service maps catalog rows onto these classes; inline specs in a request map onto the same ones.
+
+`ModelSpec` and `MoeSpec` are also the one definition of a model's architecture: each field
+declares, with `spec_field`, what a schema shows of it (its description, bounds and an example).
+The API's model schemas, the run document's, the catalog's stored architecture and the Hugging
+Face mapping are derived from these classes (`app.formats.specs`), so adding a field is a change
+here (and, where `config.json` has it, in the Hugging Face mapping).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -26,6 +31,7 @@ __all__ = [
     "SpecError",
     "positive",
     "rebuilt_exception",
+    "spec_field",
     "within_context",
 ]
 
@@ -66,6 +72,24 @@ def _fraction(name: str, value: float) -> None:
         raise SpecError(name, f"must be in (0, 1], got {value}")
 
 
+def spec_field(
+    doc: str,
+    *,
+    default: Any = MISSING,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    example: Any = None,
+) -> Any:
+    """A dataclass field with what a schema derived from the spec shows of it: a description,
+    bounds (`gt`/`ge` are the spec's own rule; `le` caps what a request may ask, a bound on work),
+    an example. Plain metadata: the engine itself reads none of it."""
+    metadata = {"doc": doc, "gt": gt, "ge": ge, "le": le, "example": example}
+    if default is MISSING:
+        return field(metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 class FfnType(StrEnum):
     GATED = "gated"  # SwiGLU/GeGLU: gate, up and down projections, 3*d*f weights
     MLP = "mlp"  # plain two-layer MLP: up and down projections, 2*d*f weights
@@ -82,12 +106,25 @@ class MoeSpec:
     """Mixture-of-experts FFN. Every layer but the first `num_dense_layers` routes each token to
     `experts_per_token` of `num_experts` experts, plus `num_shared_experts` always-on experts."""
 
-    num_experts: int
-    experts_per_token: int
-    expert_intermediate_size: int
-    num_shared_experts: int = 0
-    shared_expert_intermediate_size: int = 0  # 0: same width as a routed expert
-    num_dense_layers: int = 0  # DeepSeek-style leading dense layers of `intermediate_size`
+    num_experts: int = spec_field("Routed experts per MoE layer `E`.", gt=0, le=4096, example=8)
+    experts_per_token: int = spec_field(
+        "Routed experts each token uses `k`.", gt=0, le=4096, example=2
+    )
+    expert_intermediate_size: int = spec_field(
+        "FFN width of one expert.", gt=0, le=2**20, example=14336
+    )
+    num_shared_experts: int = spec_field(
+        "Always-on experts per layer.", default=0, ge=0, le=64, example=0
+    )
+    shared_expert_intermediate_size: int = spec_field(
+        "Width of a shared expert; 0: the expert width.", default=0, ge=0, le=2**20
+    )
+    num_dense_layers: int = spec_field(
+        "Leading layers with a dense FFN of `intermediate_size` (DeepSeek).",
+        default=0,
+        ge=0,
+        le=1000,
+    )
 
     def __post_init__(self) -> None:
         positive("moe.num_experts", self.num_experts)
@@ -115,21 +152,35 @@ class MoeSpec:
 class ModelSpec:
     """A decoder-only transformer, in the terms of its Hugging Face `config.json`."""
 
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    ffn_type: FfnType
-    vocab_size: int
-    max_context_tokens: int
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False  # Q/K/V projection biases (Qwen2)
-    moe: MoeSpec | None = None
-    checkpoint_dtype: DType = DType.BF16
-    """The format the published weights are in: what a plan serves unless asked otherwise
-    (fp8 or fp4 weights of a bf16 checkpoint are a quantisation, a change in quality)."""
+    num_layers: int = spec_field("Decoder layers `L`.", gt=0, le=1000, example=32)
+    hidden_size: int = spec_field("Model width `d`.", gt=0, le=2**17, example=4096)
+    num_attention_heads: int = spec_field("Query heads `H`.", gt=0, le=1024, example=32)
+    num_kv_heads: int = spec_field(
+        "Key/value heads `K` (`H` for MHA, 1 for MQA); `H` must divide by `K`.",
+        gt=0,
+        le=1024,
+        example=8,
+    )
+    head_dim: int = spec_field("Per-head width `h`.", gt=0, le=1024, example=128)
+    intermediate_size: int = spec_field(
+        "FFN width `f` of dense layers.", gt=0, le=2**20, example=14336
+    )
+    ffn_type: FfnType = spec_field("`gated` (SwiGLU, 3 matrices) or `mlp` (2 matrices).")
+    vocab_size: int = spec_field(
+        "Vocabulary `V` (embedding and LM head rows).", gt=0, le=2**22, example=128256
+    )
+    max_context_tokens: int = spec_field(
+        "Longest context the model takes, tokens.", gt=0, le=2**24, example=8192
+    )
+    tie_word_embeddings: bool = spec_field("LM head shares the embedding.", default=False)
+    attention_bias: bool = spec_field("Q/K/V projections have biases (Qwen2).", default=False)
+    moe: MoeSpec | None = spec_field("Mixture-of-experts FFN, if any.", default=None)
+    checkpoint_dtype: DType = spec_field(
+        "The format the published weights are in (its config's `torch_dtype`, or its "
+        "quantisation). Plans serve it unless `weight_dtypes` asks for others: fp8 or fp4 "
+        "weights of a bf16 checkpoint are a quantisation, a change in quality.",
+        default=DType.BF16,
+    )
     id: str = "inline"
 
     def __post_init__(self) -> None:

@@ -1,9 +1,9 @@
-"""Read a Hugging Face `config.json` into Ridgeline's model fields.
+"""Read a Hugging Face `config.json` into Ridgeline's model spec.
 
-`parse_hf_config` maps the keys of a published `config.json` onto the catalog's model fields (the
-names of `ModelSpec`, plus `family`, `max_context_tokens` and `moe` as a plain dict), for the
-decoder-only architectures whose weights `app.engine.params` can count. Both the service's
-`POST /v1/models/hf-import` and the benchmark job's `--config PATH` call it.
+`parse_hf_config` maps the keys of a published `config.json` onto a `ModelSpec` and the
+catalog's `family`, for the decoder-only architectures whose weights `app.engine.params` can
+count. Both the service's `POST /v1/models/hf-import` and the benchmark job's `--config PATH`
+call it.
 
 Errors: one exception, `HfConfigError(field, message)`, a `ValueError` whose `field` is the
 `config.json` key that is missing, ill-typed or not representable (`"architectures"` for an
@@ -15,17 +15,18 @@ Pure: no I/O, no database, no web framework; the caller reads and decodes the JS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from app.engine.dtypes import DType
-from app.engine.specs import FfnType, ModelSpec, MoeSpec, SpecError
+from app.engine.specs import FfnType, ModelSpec, SpecError
+from app.formats.specs import build_spec, spec_document
 
 __all__ = [
+    "MAPPED_FIELDS",
     "MAX_LAYERS",
     "SUPPORTED_ARCHITECTURES",
     "HfConfigError",
-    "HfModelFields",
+    "HfModel",
     "config_key",
     "parse_hf_config",
 ]
@@ -74,72 +75,23 @@ work of reading one."""
 
 
 @dataclass(frozen=True, slots=True)
-class HfModelFields:
-    """The model fields a `config.json` determines, named as in the catalog and `ModelSpec`.
-
-    `moe` is None for a dense model, else a dict with the keys of `MoeSpec` (`num_experts`,
-    `experts_per_token`, `expert_intermediate_size`, `num_shared_experts`,
-    `shared_expert_intermediate_size`, `num_dense_layers`). The values always build a valid
-    `ModelSpec` (`to_model_spec`).
-    """
+class HfModel:
+    """What a `config.json` says: the model's `ModelSpec` (id "inline"), its catalog family, and
+    notes on what it declares that is not modelled (and what that means)."""
 
     family: str
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    ffn_type: str
-    vocab_size: int
-    max_context_tokens: int
-    tie_word_embeddings: bool
-    attention_bias: bool
-    moe: dict[str, int] | None
-    checkpoint_dtype: str = "bf16"
+    spec: ModelSpec
     notes: tuple[str, ...] = ()
-    """What the config declares that the catalog does not model, and what that means."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a catalog entry's architecture keys (JSON-ready; `moe` copied)."""
-        return {
-            "family": self.family,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_attention_heads": self.num_attention_heads,
-            "num_kv_heads": self.num_kv_heads,
-            "head_dim": self.head_dim,
-            "intermediate_size": self.intermediate_size,
-            "ffn_type": self.ffn_type,
-            "vocab_size": self.vocab_size,
-            "max_context_tokens": self.max_context_tokens,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "attention_bias": self.attention_bias,
-            "moe": dict(self.moe) if self.moe is not None else None,
-            "checkpoint_dtype": self.checkpoint_dtype,
-        }
+        """The catalog entry's fields this config determines: `family` and the architecture."""
+        return {"family": self.family, **spec_document(self.spec)}
 
     def to_model_spec(self, model_id: str = "inline") -> ModelSpec:
-        """The engine spec of these fields; raises `SpecError` only if they were altered."""
-        return ModelSpec(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            intermediate_size=self.intermediate_size,
-            ffn_type=FfnType(self.ffn_type),
-            vocab_size=self.vocab_size,
-            max_context_tokens=self.max_context_tokens,
-            tie_word_embeddings=self.tie_word_embeddings,
-            attention_bias=self.attention_bias,
-            moe=MoeSpec(**self.moe) if self.moe is not None else None,
-            checkpoint_dtype=DType(self.checkpoint_dtype),
-            id=model_id,
-        )
+        return replace(self.spec, id=model_id)
 
 
-def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
+def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
     """Map a decoded Hugging Face `config.json` onto Ridgeline's model fields.
 
     `architectures[0]` selects the mapping, or `model_type` when `architectures` is absent.
@@ -186,28 +138,46 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModelFields:
     elif arch.moe_keys == "qwen3_moe":
         moe = _qwen3_moe(config, num_layers)
 
-    fields = HfModelFields(
-        family=arch.family,
-        num_layers=num_layers,
-        hidden_size=hidden_size,
-        num_attention_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate_size,
-        ffn_type=FfnType.GATED.value,
-        vocab_size=vocab_size,
-        max_context_tokens=max_context_tokens,
-        tie_word_embeddings=tie,
-        attention_bias=attention_bias,
-        moe=moe,
-        checkpoint_dtype=_checkpoint_dtype(config),
-        notes=_unmodelled(config),
-    )
+    # Every field of ModelSpec but its id, each said (tests/catalog/test_hf_config.py holds
+    # this list to the spec, so a field added there is mapped here or defaulted on purpose).
+    values = {
+        "num_layers": num_layers,
+        "hidden_size": hidden_size,
+        "num_attention_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": intermediate_size,
+        "ffn_type": FfnType.GATED,
+        "vocab_size": vocab_size,
+        "max_context_tokens": max_context_tokens,
+        "tie_word_embeddings": tie,
+        "attention_bias": attention_bias,
+        "moe": moe,
+        "checkpoint_dtype": _checkpoint_dtype(config),
+    }
     try:
-        fields.to_model_spec()
+        spec = build_spec(ModelSpec, values)
     except SpecError as exc:
         raise HfConfigError(_config_key(exc.field, arch), exc.message) from exc
-    return fields
+    return HfModel(family=arch.family, spec=spec, notes=_unmodelled(config))
+
+
+MAPPED_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "ffn_type",
+    "vocab_size",
+    "max_context_tokens",
+    "tie_word_embeddings",
+    "attention_bias",
+    "moe",
+    "checkpoint_dtype",
+)
+"""The `ModelSpec` fields `parse_hf_config` sets."""
 
 
 # torch_dtype names (and their newer `dtype` key) in the catalog's formats. A float32 checkpoint

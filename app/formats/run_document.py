@@ -12,6 +12,7 @@ Times are milliseconds of wall time on the device; token counts are tokens per s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
@@ -26,7 +27,8 @@ from pydantic import (
 )
 
 from app.engine.dtypes import DType
-from app.engine.specs import FfnType, ModelSpec, MoeSpec
+from app.engine.specs import ModelSpec, MoeSpec
+from app.formats.specs import SpecSchema, derived_from
 
 __all__ = [
     "INTERRUPTED_REASON",
@@ -171,87 +173,40 @@ class RunPoint(BaseModel):
         return value or 0  # never 0: the validator requires the phase's length
 
 
-class RunMoeSpec(BaseModel):
-    """Mixture-of-experts FFN, as `app.engine.specs.MoeSpec`."""
-
+class _RunSpec(SpecSchema):
     model_config = _DOCUMENT
-
-    num_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
-    experts_per_token: PositiveInt = Field(description="Routed experts each token uses.")
-    expert_intermediate_size: PositiveInt = Field(description="FFN width of one expert.")
-    num_shared_experts: int = Field(default=0, ge=0, description="Always-on experts per layer.")
-    shared_expert_intermediate_size: int = Field(
-        default=0, ge=0, description="FFN width of a shared expert; 0: as a routed expert."
-    )
-    num_dense_layers: int = Field(
-        default=0, ge=0, description="Leading layers with a dense FFN of intermediate_size."
-    )
-
-    def to_moe_spec(self) -> MoeSpec:
-        return MoeSpec(
-            num_experts=self.num_experts,
-            experts_per_token=self.experts_per_token,
-            expert_intermediate_size=self.expert_intermediate_size,
-            num_shared_experts=self.num_shared_experts,
-            shared_expert_intermediate_size=self.shared_expert_intermediate_size,
-            num_dense_layers=self.num_dense_layers,
-        )
 
     @model_validator(mode="after")
     def _sane(self) -> Self:
-        self.to_moe_spec()  # SpecError is a ValueError whose message starts with the field
+        self.to_spec()  # one rule book: the engine's (heads divisible by KV heads, ...)
         return self
 
 
-class RunModelSpec(BaseModel):
-    """The exact architecture that ran (with `num_layers` as run, not as published)."""
+@derived_from(MoeSpec, caps=False, examples=False)
+class RunMoeSpec(_RunSpec):
+    """Mixture-of-experts FFN, as `app.engine.specs.MoeSpec`."""
 
-    model_config = _DOCUMENT
+
+@derived_from(
+    ModelSpec,
+    caps=False,
+    examples=False,
+    exclude=("id", "checkpoint_dtype"),
+    nested={MoeSpec: RunMoeSpec},
+)
+class RunModelSpec(_RunSpec):
+    """The exact architecture that ran (with `num_layers` as run, not as published)."""
 
     id: str | None = Field(
         default=None,
         min_length=1,
         description="Catalog id of the architecture (e.g. llama-3-8b); null for a config.json.",
     )
-    num_layers: PositiveInt = Field(description="Decoder layers that ran.")
-    hidden_size: PositiveInt = Field(description="Model width d.")
-    num_attention_heads: PositiveInt = Field(description="Query heads H.")
-    num_kv_heads: PositiveInt = Field(description="Key/value heads K; H must divide by K.")
-    head_dim: PositiveInt = Field(description="Width of one attention head h.")
-    intermediate_size: PositiveInt = Field(description="FFN width f.")
-    ffn_type: Annotated[FfnType, Lax] = Field(
-        description="gated (SwiGLU, 3 matrices) or mlp (2 matrices)."
-    )
-    vocab_size: PositiveInt = Field(description="Vocabulary size V (embedding and LM head rows).")
-    max_context_tokens: PositiveInt = Field(description="Longest sequence the model takes, tokens.")
-    tie_word_embeddings: bool = Field(
-        default=False, description="The LM head reuses the embedding matrix."
-    )
-    attention_bias: bool = Field(default=False, description="Q/K/V projections carry biases.")
-    moe: RunMoeSpec | None = Field(default=None, description="Mixture-of-experts FFN, if any.")
 
     def to_model_spec(self) -> ModelSpec:
         """The engine's spec of this architecture (raises `SpecError` when it is impossible)."""
-        return ModelSpec(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            intermediate_size=self.intermediate_size,
-            ffn_type=self.ffn_type,
-            vocab_size=self.vocab_size,
-            max_context_tokens=self.max_context_tokens,
-            tie_word_embeddings=self.tie_word_embeddings,
-            attention_bias=self.attention_bias,
-            moe=None if self.moe is None else self.moe.to_moe_spec(),
-            id=self.id or "inline",
-        )
-
-    @model_validator(mode="after")
-    def _sane(self) -> Self:
-        self.to_model_spec()  # one rule book: the engine's (heads divisible by KV heads, ...)
-        return self
+        spec: ModelSpec = self.to_spec()
+        return replace(spec, id=self.id or "inline")
 
 
 class Environment(BaseModel):

@@ -37,3 +37,55 @@ def test_models_match_migrations(database_url: str) -> None:
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_architecture_columns_move_into_one_document_and_back(database_url: str) -> None:
+    """0005 copies a model's thirteen architecture columns into `architecture` and 0004 gets
+    them back: no stored model loses a field either way."""
+    from sqlalchemy import text  # noqa: PLC0415
+
+    downgrade(database_url, "0004")
+    engine = make_engine(database_url)
+    columns = {
+        "num_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_kv_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "ffn_type": "gated",
+        "vocab_size": 128256,
+        "max_context_tokens": 8192,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "checkpoint_dtype": "bf16",
+    }
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("DELETE FROM models"))
+            names = ", ".join(columns)
+            values = ", ".join(f":{name}" for name in columns)
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, origin, user_modified, version, created_at, "
+                    f"updated_at, name, family, params_total, params_active, sources, {names}) "
+                    "VALUES ('m', 'user', false, 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 'M', "
+                    f"'llama', 8030261248, 8030261248, '[]', {values})"
+                ),
+                columns,
+            )
+        upgrade(database_url)
+        with engine.connect() as connection:
+            stored = connection.execute(text("SELECT architecture FROM models")).scalar_one()
+        if isinstance(stored, str):
+            import json  # noqa: PLC0415
+
+            stored = json.loads(stored)
+        assert stored == columns | {"moe": None}
+        downgrade(database_url, "0004")
+        with engine.connect() as connection:
+            back = connection.execute(text("SELECT num_kv_heads, ffn_type FROM models")).one()
+        assert tuple(back) == (8, "gated")
+    finally:
+        engine.dispose()
+        upgrade(database_url)

@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 
 from app.engine.params import count_params
+from app.engine.specs import ModelSpec
 from app.formats.hf_config import (
+    MAPPED_FIELDS,
     SUPPORTED_ARCHITECTURES,
     HfConfigError,
-    HfModelFields,
+    HfModel,
     parse_hf_config,
 )
+from app.formats.specs import spec_fields
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 # Fixture file stem == catalog id; each file is the repository's published config.json.
@@ -75,33 +78,33 @@ def test_published_config_parses_to_catalog_entry(model_id: str) -> None:
 def test_llama_head_dim_derived_and_kv_heads_read() -> None:
     fields = parse_hf_config(_config("llama-3-8b"))
     # No head_dim key: 4096 / 32; num_key_value_heads 8 (GQA).
-    assert (fields.head_dim, fields.num_kv_heads) == (128, 8)
+    assert (fields.spec.head_dim, fields.spec.num_kv_heads) == (128, 8)
     assert fields.family == "llama"
-    assert fields.moe is None
+    assert fields.spec.moe is None
 
 
 def test_qwen3_explicit_head_dim_wins() -> None:
     # Qwen3-32B: head_dim 128 although hidden_size / heads = 5120 / 64 = 80.
-    assert parse_hf_config(_config("qwen3-32b")).head_dim == 128
+    assert parse_hf_config(_config("qwen3-32b")).spec.head_dim == 128
 
 
 def test_qwen2_has_attention_bias_without_a_key() -> None:
     config = _config("qwen2.5-7b")
     assert "attention_bias" not in config
-    assert parse_hf_config(config).attention_bias is True
+    assert parse_hf_config(config).spec.attention_bias is True
 
 
 def test_gemma2_ties_embeddings_by_default() -> None:
     config = _config("gemma-2-9b")
     assert "tie_word_embeddings" not in config
     fields = parse_hf_config(config)
-    assert fields.tie_word_embeddings is True
-    assert fields.head_dim == 256
+    assert fields.spec.tie_word_embeddings is True
+    assert fields.spec.head_dim == 256
 
 
 def test_mixtral_experts() -> None:
     fields = parse_hf_config(_config("mixtral-8x7b"))
-    assert fields.moe == {
+    assert fields.as_dict()["moe"] == {
         "num_experts": 8,
         "experts_per_token": 2,
         "expert_intermediate_size": 14336,
@@ -115,17 +118,18 @@ def test_mixtral_experts() -> None:
 
 def test_qwen3_moe_experts() -> None:
     fields = parse_hf_config(_config("qwen3-30b-a3b"))
-    assert fields.moe is not None
-    assert (fields.moe["num_experts"], fields.moe["experts_per_token"]) == (128, 8)
-    assert fields.moe["expert_intermediate_size"] == 768
-    assert fields.moe["num_dense_layers"] == 0
+    moe = fields.spec.moe
+    assert moe is not None
+    assert (moe.num_experts, moe.experts_per_token) == (128, 8)
+    assert moe.expert_intermediate_size == 768
+    assert moe.num_dense_layers == 0
 
 
 def test_qwen3_moe_leading_mlp_only_layers_become_dense_layers() -> None:
     config = _config("qwen3-30b-a3b") | {"mlp_only_layers": [1, 0]}
     fields = parse_hf_config(config)
-    assert fields.moe is not None
-    assert fields.moe["num_dense_layers"] == 2
+    assert fields.spec.moe is not None
+    assert fields.as_dict()["moe"]["num_dense_layers"] == 2
 
 
 def test_model_type_selects_the_mapping_without_architectures() -> None:
@@ -137,14 +141,14 @@ def test_model_type_selects_the_mapping_without_architectures() -> None:
 def test_kv_heads_default_to_query_heads() -> None:
     config = _config("llama-3-8b")
     del config["num_key_value_heads"]
-    assert parse_hf_config(config).num_kv_heads == 32
+    assert parse_hf_config(config).spec.num_kv_heads == 32
 
 
 def test_result_is_a_frozen_dataclass() -> None:
     fields = parse_hf_config(_config("llama-3-8b"))
-    assert isinstance(fields, HfModelFields)
+    assert isinstance(fields, HfModel)
     with pytest.raises(AttributeError):
-        fields.hidden_size = 1  # type: ignore[misc]
+        fields.spec.hidden_size = 1  # type: ignore[misc]
 
 
 def test_unsupported_architecture_lists_the_supported_ones() -> None:
@@ -264,13 +268,13 @@ def test_checkpoint_format_from_torch_dtype_or_quantisation() -> None:
     """bf16 and fp16 as declared; a float32 checkpoint is served in bf16; a quantised one is
     its quantisation's format."""
     base = _config("llama-3-8b")
-    assert parse_hf_config(base).checkpoint_dtype == "bf16"
-    assert parse_hf_config(base | {"torch_dtype": "float16"}).checkpoint_dtype == "fp16"
-    assert parse_hf_config(_config("gemma-2-9b")).checkpoint_dtype == "bf16"  # float32
+    assert parse_hf_config(base).spec.checkpoint_dtype == "bf16"
+    assert parse_hf_config(base | {"torch_dtype": "float16"}).spec.checkpoint_dtype == "fp16"
+    assert parse_hf_config(_config("gemma-2-9b")).spec.checkpoint_dtype == "bf16"  # float32
     fp8 = base | {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
-    assert parse_hf_config(fp8).checkpoint_dtype == "fp8"
+    assert parse_hf_config(fp8).spec.checkpoint_dtype == "fp8"
     awq = base | {"quantization_config": {"quant_method": "awq", "bits": 4}}
-    assert parse_hf_config(awq).checkpoint_dtype == "int4"
+    assert parse_hf_config(awq).spec.checkpoint_dtype == "int4"
 
 
 def test_a_declared_sliding_window_is_noted_not_dropped() -> None:
@@ -280,3 +284,11 @@ def test_a_declared_sliding_window_is_noted_not_dropped() -> None:
     assert parse_hf_config(_config("llama-3-8b")).notes == ()
     qwen = _config("qwen2.5-7b") | {"sliding_window": 131072, "use_sliding_window": False}
     assert parse_hf_config(qwen).notes == ()
+
+
+def test_the_mapping_says_what_it_does_with_every_spec_field() -> None:
+    """Every field of ModelSpec (its id aside) is set by the parser: a field added to the spec
+    fails here until the Hugging Face mapping reads it from config.json or defaults it."""
+    assert set(MAPPED_FIELDS) == set(spec_fields(ModelSpec)) - {"id"}
+    parsed = parse_hf_config(_config("mixtral-8x7b")).as_dict()
+    assert set(parsed) - {"family"} == set(MAPPED_FIELDS)

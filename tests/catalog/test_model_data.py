@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.catalog.service import MODEL_FIELDS
 from app.engine.specs import FfnType, ModelSpec, MoeSpec
+from app.formats.specs import spec_fields
 
 
 def _catalog() -> list[dict[str, Any]]:
@@ -40,35 +42,9 @@ REQUIRED_IDS = [
     "qwen2.5-72b",
     "gemma-2-9b",
 ]
-ENTRY_KEYS = {
-    "id",
-    "name",
-    "family",
-    "hf_repo",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "ffn_type",
-    "vocab_size",
-    "max_context_tokens",
-    "tie_word_embeddings",
-    "attention_bias",
-    "moe",
-    "checkpoint_dtype",
-    "published_params",
-    "sources",
-}
-MOE_KEYS = {
-    "num_experts",
-    "experts_per_token",
-    "expert_intermediate_size",
-    "num_shared_experts",
-    "shared_expert_intermediate_size",
-    "num_dense_layers",
-}
+# A bundled entry is its id, the catalog's own fields and every field of the architecture.
+ENTRY_KEYS = {"id", *MODEL_FIELDS, *(set(spec_fields(ModelSpec)) - {"id"})}
+MOE_KEYS = set(spec_fields(MoeSpec))
 SOURCE_KEYS = {"title", "url", "covers", "note"}
 FAMILIES = {
     "llama",
