@@ -12,10 +12,12 @@ RFC 9457 problem document. A service never builds an HTTP response.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.specs import rebuilt_exception
+from app.engine.specs import SpecError, rebuilt_exception
 
 __all__ = [
     "AlreadyExists",
@@ -30,6 +32,8 @@ __all__ = [
     "PlanNotFound",
     "PreconditionFailed",
     "RunNotFound",
+    "invalid_spec",
+    "spec_errors",
 ]
 
 
@@ -123,3 +127,20 @@ class InvalidInput(DomainError):
     @classmethod
     def at(cls, field: str, message: str) -> InvalidInput:
         return cls(f"{field}: {message}", (FieldProblem(field, message),))
+
+
+def invalid_spec(error: SpecError, prefix: str = "") -> InvalidInput:
+    """A 422 naming the request field behind an engine `SpecError` (under `prefix`, the request
+    field the engine's spec came from: `model`, `gpu`, `workload`)."""
+    field = f"{prefix}.{error.field}" if prefix else error.field
+    return InvalidInput.at(field, error.message)
+
+
+@contextmanager
+def spec_errors(prefix: str = "") -> Iterator[None]:
+    """Within the block, an engine `SpecError` is a 422 naming its field (`invalid_spec`): the
+    one place impossible input turns into an answer."""
+    try:
+        yield
+    except SpecError as error:
+        raise invalid_spec(error, prefix) from None

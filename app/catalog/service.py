@@ -19,7 +19,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from app.catalog.lookup import nearest
 from app.catalog.orm import GpuRow, ModelRow
 from app.catalog.repository import CatalogRepository, GpuRepository, ModelRepository, RowT
-from app.catalog.specs import gpu_spec_from_fields, invalid_spec, model_spec_from_fields
+from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.db.pages import Page
 from app.engine.params import count_params
 from app.engine.specs import GpuSpec, ModelSpec, SpecError
@@ -32,6 +32,7 @@ from app.errors import (
     ModelNotFound,
     NotFound,
     PreconditionFailed,
+    invalid_spec,
 )
 from app.formats.specs import spec_document
 

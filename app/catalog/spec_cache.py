@@ -21,9 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.catalog.lookup import find_entry, nearest, shown
 from app.catalog.repository import GpuRepository, ModelRepository
 from app.catalog.service import gpu_spec_of, model_spec_of
-from app.catalog.specs import invalid_spec
 from app.engine.specs import GpuSpec, ModelSpec, SpecError
-from app.errors import InvalidInput
+from app.errors import InvalidInput, invalid_spec
 from app.runs.validation import expected_error_pct
 
 __all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]

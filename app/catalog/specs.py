@@ -17,14 +17,12 @@ from app.engine.specs import (
     ModelSpec,
     SpecError,
 )
-from app.errors import InvalidInput
 from app.formats.specs import build_spec
 
 __all__ = [
     "GENERIC_EFFICIENCY",
     "efficiency_from_fields",
     "gpu_spec_from_fields",
-    "invalid_spec",
     "model_spec_from_fields",
 ]
 
@@ -43,12 +41,6 @@ GENERIC_EFFICIENCY = Efficiency(
 )
 
 _EFFICIENCY_FIELDS = ("gemm", "attention", "memory", "communication", "overhead_ms", "source")
-
-
-def invalid_spec(error: SpecError, prefix: str = "") -> InvalidInput:
-    """A 422 naming the request field behind an engine `SpecError`."""
-    field = f"{prefix}.{error.field}" if prefix else error.field
-    return InvalidInput.at(field, error.message)
 
 
 def efficiency_from_fields(fields: Mapping[str, Any] | None) -> Efficiency:

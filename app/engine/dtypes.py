@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["BYTES_PER_ELEMENT", "DType", "compute_dtype_for"]
+__all__ = ["BYTES_PER_ELEMENT", "STORAGE_DTYPES", "DType", "compute_dtype_for"]
 
 
 class DType(StrEnum):
@@ -15,6 +15,16 @@ class DType(StrEnum):
     INT4 = "int4"
     FP4 = "fp4"
 
+
+STORAGE_DTYPES: tuple[DType, ...] = (
+    DType.BF16,
+    DType.FP16,
+    DType.FP8,
+    DType.INT8,
+    DType.INT4,
+    DType.FP4,
+)
+"""Formats weights and KV caches are stored in (fp32 and tf32 are formats of computation)."""
 
 BYTES_PER_ELEMENT: dict[DType, float] = {
     DType.FP32: 4.0,

@@ -3,14 +3,12 @@ over HTTP. Each route parses, calls one service function, and shapes the answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from app.catalog.spec_cache import SpecCache
 from app.estimates import service as estimates
 from app.estimates.schemas import (
     BatchCeilingRequest,
@@ -30,8 +28,6 @@ from app.estimates.schemas import (
     TpFeasibilityRequest,
     TpFeasibilityResponse,
 )
-from app.targets.schemas import TargetRequest
-from app.targets.service import Target
 from app.web.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
 from app.web.deps import HeavyWorkDep, SpecCacheDep, memoized_answer
 from app.web.schemas import problem_responses
@@ -48,29 +44,12 @@ AcceptHeader = Annotated[
 ]
 
 
-R = TypeVar("R")
 A = TypeVar("A", bound=BaseModel)
 
 
-def _answer(
-    cache: SpecCache,
-    body: TargetRequest,
-    service: Callable[..., tuple[Target, R]],
-    shape: Callable[[Target, R], A],
-) -> A:
-    """`service` (one of `app.estimates.service`) on the body's target and workload, shaped
-    into its response by `shape`."""
-    return shape(*service(cache, body.target_kwargs(), **body.workload_fields()))
-
-
-async def _estimate(
-    request: Request,
-    cache: SpecCache,
-    body: TargetRequest,
-    service: Callable[..., tuple[Target, R]],
-    shape: Callable[[Target, R], BaseModel],
-) -> Response:
-    return await memoized_answer(request, body, lambda: _answer(cache, body, service, shape))
+def _shaped(schema: type[A], answer: object) -> A:
+    """The answer schema read from an engine result by attribute (`Estimated`)."""
+    return schema.model_validate(answer, from_attributes=True)
 
 
 @router.post(
@@ -80,7 +59,10 @@ async def _estimate(
     responses=_PROBLEMS,
 )
 async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await _estimate(request, cache, body, estimates.prefill, PrefillResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request, body, lambda: _shaped(PrefillResponse, estimates.prefill(cache, query))
+    )
 
 
 @router.post(
@@ -96,8 +78,10 @@ async def estimate_prefill_curve(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
+    query = body.query()
+
     def answer() -> PrefillCurveResponse:
-        return _answer(cache, body, estimates.prefill_points, PrefillCurveResponse.of)
+        return _shaped(PrefillCurveResponse, estimates.prefill_points(cache, query))
 
     if wants_svg(accept):  # drawing takes ~100 ms of CPU: a heavy job
         chart = await heavy.run(request, prefill_curve_svg, await run_in_threadpool(answer))
@@ -112,7 +96,10 @@ async def estimate_prefill_curve(
     responses=_PROBLEMS,
 )
 async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await _estimate(request, cache, body, estimates.decode, DecodeResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request, body, lambda: _shaped(DecodeResponse, estimates.decode(cache, query))
+    )
 
 
 @router.post(
@@ -122,7 +109,10 @@ async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Req
     responses=_PROBLEMS,
 )
 async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: Request) -> Response:
-    return await _estimate(request, cache, body, estimates.request, RequestResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request, body, lambda: _shaped(RequestResponse, estimates.request(cache, query))
+    )
 
 
 @router.post(
@@ -134,7 +124,10 @@ async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: R
 async def estimate_batch_ceiling(
     body: BatchCeilingRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await _estimate(request, cache, body, estimates.batch_ceiling, BatchCeilingResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request, body, lambda: _shaped(BatchCeilingResponse, estimates.batch_ceiling(cache, query))
+    )
 
 
 @router.post(
@@ -146,7 +139,12 @@ async def estimate_batch_ceiling(
 async def estimate_tp_feasibility(
     body: TpFeasibilityRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await _estimate(request, cache, body, estimates.tp_feasibility, TpFeasibilityResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request,
+        body,
+        lambda: _shaped(TpFeasibilityResponse, estimates.tp_feasibility(cache, query)),
+    )
 
 
 @router.post(
@@ -159,7 +157,10 @@ async def estimate_tp_feasibility(
 async def recommend_chunk_size(
     body: ChunkSizeRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    return await _estimate(request, cache, body, estimates.chunk_size, ChunkSizeResponse.of)
+    query = body.query()
+    return await memoized_answer(
+        request, body, lambda: _shaped(ChunkSizeResponse, estimates.chunk_size(cache, query))
+    )
 
 
 @router.post(
@@ -175,8 +176,10 @@ async def roofline(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
+    query = body.query()
+
     def answer() -> RooflineResponse:
-        return RooflineResponse.of(*estimates.roofline_of(cache, **body.resolve_kwargs()))
+        return _shaped(RooflineResponse, estimates.roofline_of(cache, query))
 
     if wants_svg(accept):
         chart = await heavy.run(request, roofline_svg, await run_in_threadpool(answer))

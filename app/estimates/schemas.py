@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import GpuHardware, ModelArchitecture
-from app.engine.batch_ceiling import BatchCeiling
-from app.engine.chunking import ChunkRecommendation
-from app.engine.estimates import (
-    BytesBreakdown,
-    DecodeEstimate,
-    FlopsBreakdown,
-    PrefillCurve,
-    PrefillEstimate,
-    RequestEstimate,
+from app.estimates.service import (
+    BatchCeilingQuery,
+    ChunkSizeQuery,
+    DecodeQuery,
+    PrefillCurveQuery,
+    PrefillQuery,
+    RequestQuery,
+    RooflineQuery,
+    TpFeasibilityQuery,
 )
-from app.engine.parallelism import TpFeasibility
-from app.engine.roofline import Roofline
-from app.estimates.service import expected_error
 from app.targets.schemas import (
     DeploymentFields,
     TargetEcho,
     TargetRequest,
-    echo,
-    spec_fields,
+    gpu_query,
+    model_query,
 )
-from app.targets.service import Target
 from app.web.schemas import CATALOG_REF, MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
 
 _MAX_CURVE_POINTS = 1000
@@ -74,12 +70,6 @@ class Flops(BaseModel):
     lm_head: float = Field(description="Output projection to the vocabulary.")
     total: float = Field(description="Sum of the above.")
 
-    @classmethod
-    def of(cls, flops: FlopsBreakdown) -> Flops:
-        return cls(
-            linear=flops.linear, attention=flops.attention, lm_head=flops.lm_head, total=flops.total
-        )
-
 
 class Bytes(BaseModel):
     """Bytes moved to and from device memory, whole deployment."""
@@ -88,15 +78,6 @@ class Bytes(BaseModel):
     kv_cache: float = Field(description="KV cache read and written.")
     activations: float = Field(description="Activations streamed (Q, K, V, O; no n x n matrix).")
     total: float = Field(description="Sum of the above.")
-
-    @classmethod
-    def of(cls, moved: BytesBreakdown) -> Bytes:
-        return cls(
-            weights=moved.weights,
-            kv_cache=moved.kv_cache,
-            activations=moved.activations,
-            total=moved.total,
-        )
 
 
 class EstimateResponse(BaseModel):
@@ -126,6 +107,16 @@ class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
     prompt_tokens: Tokens = Field(description="Prompt length.", examples=[4096])
     batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
+    def query(self) -> PrefillQuery:
+        return PrefillQuery(
+            self.target_query(),
+            prompt_tokens=self.prompt_tokens,
+            batch_size=self.batch_size,
+            cached_prefix_tokens=self.cached_prefix_tokens,
+            chunk_tokens=self.chunk_tokens,
+            causal=self.causal,
+        )
+
 
 class PrefillResponse(EstimateResponse):
     ttft_ms: float = Field(description="Time to first token.")
@@ -138,22 +129,6 @@ class PrefillResponse(EstimateResponse):
         description="Prompt length at which attention FLOPs equal linear FLOPs (same `causal`)."
     )
     steps: int = Field(description="Forward steps the prefill takes (chunks).")
-
-    @classmethod
-    def of(cls, target: Target, estimate: PrefillEstimate) -> PrefillResponse:
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "prefill"),
-            warnings=list(estimate.warnings),
-            ttft_ms=estimate.ttft_ms,
-            flops=Flops.of(estimate.flops),
-            bytes=Bytes.of(estimate.bytes),
-            bound=estimate.bound.value,
-            arithmetic_intensity=estimate.arithmetic_intensity,
-            attention_share=estimate.attention_share,
-            crossover_tokens=estimate.crossover_tokens,
-            steps=estimate.steps,
-        )
 
 
 class PrefillCurveRequest(TargetRequest, _PrefillShape):
@@ -177,6 +152,15 @@ class PrefillCurveRequest(TargetRequest, _PrefillShape):
     )
     batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
+    def query(self) -> PrefillCurveQuery:
+        return PrefillCurveQuery(
+            self.target_query(),
+            prompt_tokens=tuple(self.prompt_tokens),
+            batch_size=self.batch_size,
+            chunk_tokens=self.chunk_tokens,
+            causal=self.causal,
+        )
+
 
 class CurvePointOut(BaseModel):
     prompt_tokens: int = Field(description="Prompt length.")
@@ -191,25 +175,6 @@ class CurvePointOut(BaseModel):
 class PrefillCurveResponse(EstimateResponse):
     points: list[CurvePointOut] = Field(description="One per requested length, in order.")
     crossover_tokens: int = Field(description="Where attention FLOPs equal linear FLOPs.")
-
-    @classmethod
-    def of(cls, target: Target, curve: PrefillCurve) -> PrefillCurveResponse:
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "prefill"),
-            warnings=list(curve.warnings),
-            points=[
-                CurvePointOut(
-                    prompt_tokens=p.prompt_tokens,
-                    ttft_ms=p.ttft_ms,
-                    attention_share=p.attention_share,
-                    ratio_to_previous=p.ratio_to_previous,
-                    loglog_slope=p.loglog_slope,
-                )
-                for p in curve.points
-            ],
-            crossover_tokens=curve.crossover_tokens,
-        )
 
 
 # ---- decode and whole requests
@@ -235,6 +200,11 @@ class DecodeRequest(TargetRequest):
         description="Each sequence's context (prompt and tokens so far).", examples=[4096]
     )
 
+    def query(self) -> DecodeQuery:
+        return DecodeQuery(
+            self.target_query(), batch_size=self.batch_size, context_tokens=self.context_tokens
+        )
+
 
 class DecodeResponse(EstimateResponse):
     tpot_ms: float = Field(description="Time per output token: one decode step.")
@@ -245,22 +215,6 @@ class DecodeResponse(EstimateResponse):
     compute_utilization: float = Field(description="Achieved FLOP/s over peak FLOP/s.")
     tokens_per_s: float = Field(description="Batch size over TPOT.")
     communication_share: float = Field(description="Share of the step spent in all-reduces.")
-
-    @classmethod
-    def of(cls, target: Target, estimate: DecodeEstimate) -> DecodeResponse:
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "decode"),
-            warnings=list(estimate.warnings),
-            tpot_ms=estimate.tpot_ms,
-            flops=Flops.of(estimate.flops),
-            bytes=Bytes.of(estimate.bytes),
-            arithmetic_intensity=estimate.arithmetic_intensity,
-            bound=estimate.bound.value,
-            compute_utilization=estimate.compute_utilization,
-            tokens_per_s=estimate.tokens_per_s,
-            communication_share=estimate.communication_share,
-        )
 
 
 class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
@@ -284,22 +238,22 @@ class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
     )
     batch_size: DecodeBatch = Field(default=1, description="Requests running together.")
 
+    def query(self) -> RequestQuery:
+        return RequestQuery(
+            self.target_query(),
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            batch_size=self.batch_size,
+            cached_prefix_tokens=self.cached_prefix_tokens,
+            chunk_tokens=self.chunk_tokens,
+            causal=self.causal,
+        )
+
 
 class RequestResponse(EstimateResponse):
     ttft_ms: float = Field(description="Time to first token.")
     tpot_ms: float = Field(description="Mean time per output token over the decode.")
     e2e_ms: float = Field(description="`ttft_ms + (output_tokens - 1) * tpot_ms`.")
-
-    @classmethod
-    def of(cls, target: Target, estimate: RequestEstimate) -> RequestResponse:
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "prefill", "decode"),
-            warnings=list(estimate.warnings),
-            ttft_ms=estimate.ttft_ms,
-            tpot_ms=estimate.tpot_ms,
-            e2e_ms=estimate.e2e_ms,
-        )
 
 
 # ---- batch ceiling
@@ -328,6 +282,16 @@ class BatchCeilingRequest(TargetRequest):
         default=256, gt=0, le=65536, description="Sequences the engine may run at once."
     )
 
+    def query(self) -> BatchCeilingQuery:
+        return BatchCeilingQuery(
+            self.target_query(),
+            context_tokens=self.context_tokens,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            block_tokens=self.block_tokens,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+        )
+
 
 class MemoryBreakdown(BaseModel):
     """How one GPU's memory divides, bytes."""
@@ -352,31 +316,6 @@ class BatchCeilingResponse(EstimateResponse):
     memory: MemoryBreakdown = Field(description="Memory of one GPU.")
     tpot_ms_at_ceiling: float | None = Field(description="Decode step at the ceiling.")
     tokens_per_s_at_ceiling: float | None = Field(description="Throughput at the ceiling.")
-
-    @classmethod
-    def of(cls, target: Target, ceiling: BatchCeiling) -> BatchCeilingResponse:
-        plan = ceiling.memory
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "decode"),
-            warnings=list(ceiling.warnings),
-            kv_bytes_per_token=ceiling.kv_bytes_per_token,
-            kv_bytes_per_sequence=ceiling.kv_bytes_per_sequence,
-            max_batch_by_memory=ceiling.max_batch_by_memory,
-            ridge_batch=ceiling.ridge_batch,
-            ridge_batch_reason=ceiling.ridge_batch_reason,
-            batch_ceiling=ceiling.batch_ceiling,
-            limited_by=ceiling.limited_by.value,
-            memory=MemoryBreakdown(
-                memory_bytes=plan.memory_bytes,
-                usable_bytes=plan.usable_bytes,
-                weights_bytes=plan.weights_bytes,
-                activation_reserve_bytes=plan.activation_reserve_bytes,
-                kv_pool_bytes=plan.kv_pool_bytes,
-            ),
-            tpot_ms_at_ceiling=ceiling.tpot_ms_at_ceiling,
-            tokens_per_s_at_ceiling=ceiling.tokens_per_s_at_ceiling,
-        )
 
 
 # ---- tensor parallelism
@@ -416,9 +355,16 @@ class TpFeasibilityRequest(TargetRequest):
     ttft_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
     tpot_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
 
-    def workload_fields(self) -> dict[str, Any]:
-        fields = super().workload_fields()
-        return fields | {"candidates": fields.pop("tp_candidates")}
+    def query(self) -> TpFeasibilityQuery:
+        return TpFeasibilityQuery(
+            self.target_query(),
+            candidates=tuple(self.tp_candidates),
+            prompt_tokens=self.prompt_tokens,
+            context_tokens=self.context_tokens,
+            batch_size=self.batch_size,
+            ttft_slo_ms=self.ttft_slo_ms,
+            tpot_slo_ms=self.tpot_slo_ms,
+        )
 
 
 class TpCandidateOut(BaseModel):
@@ -458,39 +404,6 @@ class TpFeasibilityResponse(EstimateResponse):
     alternatives: list[AlternativeOut] = Field(
         description="Other parallelism when tp beyond the KV heads would be needed."
     )
-
-    @classmethod
-    def of(cls, target: Target, result: TpFeasibility) -> TpFeasibilityResponse:
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "prefill", "decode"),
-            warnings=list(result.warnings),
-            candidates=[
-                TpCandidateOut(
-                    tp=c.tp,
-                    feasible=c.feasible,
-                    splits_evenly=c.splits_evenly,
-                    kv_head_replication=c.kv_head_replication,
-                    fits_memory=c.fits_memory,
-                    weights_bytes_per_gpu=c.weights_bytes_per_gpu,
-                    kv_bytes_per_token_per_gpu=c.kv_bytes_per_token_per_gpu,
-                    kv_pool_bytes_per_gpu=c.kv_pool_bytes_per_gpu,
-                    max_batch_by_memory=c.max_batch_by_memory,
-                    ttft_ms=c.ttft_ms,
-                    tpot_ms=c.tpot_ms,
-                    communication_share_prefill=c.communication_share_prefill,
-                    communication_share_decode=c.communication_share_decode,
-                    meets_latency_goal=c.meets_latency_goal,
-                    reasons=list(c.reasons),
-                )
-                for c in result.candidates
-            ],
-            recommended_tp=result.recommended_tp,
-            recommendation=result.recommendation,
-            alternatives=[
-                AlternativeOut(kind=a.kind.value, why=a.why) for a in result.alternatives
-            ],
-        )
 
 
 # ---- chunked prefill
@@ -534,6 +447,16 @@ class ChunkSizeRequest(TargetRequest):
         examples=[32768],
     )
 
+    def query(self) -> ChunkSizeQuery:
+        return ChunkSizeQuery(
+            self.target_query(),
+            itl_slo_ms=self.itl_slo_ms,
+            short_ttft_slo_ms=self.short_ttft_slo_ms,
+            decode_batch_size=self.decode_batch_size,
+            decode_context_tokens=self.decode_context_tokens,
+            long_prompt_tokens=self.long_prompt_tokens,
+        )
+
 
 class LongPromptOut(BaseModel):
     prompt_tokens: int = Field(description="The long prompt's length.")
@@ -560,31 +483,6 @@ class ChunkSizeResponse(EstimateResponse):
         description="Send longer prompts to their own endpoint."
     )
     rationale: list[str] = Field(description="How the figures were reached, in plain words.")
-
-    @classmethod
-    def of(cls, target: Target, result: ChunkRecommendation) -> ChunkSizeResponse:
-        long = result.long_prompt
-        return cls(
-            target=echo(target),
-            expected_error_pct=expected_error(target, "prefill", "decode"),
-            warnings=list(result.warnings),
-            max_chunk_tokens=result.max_chunk_tokens,
-            recommended_chunk_tokens=result.recommended_chunk_tokens,
-            step_ms=result.step_ms,
-            seed_first_cut_tokens=result.seed_first_cut_tokens,
-            long_prompt=LongPromptOut(
-                prompt_tokens=long.prompt_tokens,
-                ttft_ms_unchunked=long.ttft_ms_unchunked,
-                ttft_ms_chunked=long.ttft_ms_chunked,
-                steps=long.steps,
-            ),
-            length_buckets=[
-                LengthBucketOut(max_prompt_tokens=b.max_prompt_tokens, ttft_slo_ms=b.ttft_slo_ms)
-                for b in result.length_buckets
-            ],
-            route_long_prompts_above_tokens=result.route_long_prompts_above_tokens,
-            rationale=list(result.rationale),
-        )
 
 
 # ---- roofline
@@ -627,20 +525,23 @@ class RooflineRequest(DeploymentFields):
         """The catalog ids this request names, for `SpecCache.generations`."""
         return {"model": self.model, "gpu": self.gpu}
 
-    def resolve_kwargs(self) -> dict[str, Any]:
-        """The arguments of `app.estimates.service.roofline_of`."""
-        return self.deployment_kwargs() | {
-            "gpu": spec_fields(self.gpu),
-            "model": spec_fields(self.model),
-            "prompt_tokens": self.prompt_tokens,
-            "context_tokens": self.context_tokens,
-            "batch_size": self.batch_size,
-            "causal": self.causal,
-        }
+    def query(self) -> RooflineQuery:
+        return RooflineQuery(
+            gpu=gpu_query(self.gpu),
+            model=model_query(self.model) if self.model is not None else None,
+            deployment=self.deployment(),
+            prompt_tokens=self.prompt_tokens,
+            context_tokens=self.context_tokens,
+            batch_size=self.batch_size,
+            causal=self.causal,
+        )
 
 
 class PhaseOut(BaseModel):
-    name: str = Field(description="`prefill`, `decode`, `prefill_attention` or `decode_attention`.")
+    name: str = Field(
+        validation_alias="phase",
+        description="`prefill`, `decode`, `prefill_attention` or `decode_attention`.",
+    )
     arithmetic_intensity: float = Field(description="FLOP per byte.")
     attainable_flops_per_s: float = Field(description="min(peak, bandwidth x intensity).")
     bound: str = Field(description="`compute` or `memory`.")
@@ -662,26 +563,3 @@ class RooflineResponse(BaseModel):
         )
     )
     warnings: list[str] = Field(description="Allowed but unwise inputs.")
-
-    @classmethod
-    def of(cls, gpu_id: str, model_id: str | None, result: Roofline) -> RooflineResponse:
-        return cls(
-            gpu=gpu_id,
-            model=model_id,
-            ridge_intensity=result.ridge_intensity,
-            compute_dtype=result.compute_dtype.value,
-            peak_flops_per_s=result.peak_flops_per_s,
-            memory_bandwidth_bytes_per_s=result.memory_bandwidth_bytes_per_s,
-            phases=[
-                PhaseOut(
-                    name=p.phase.value,
-                    arithmetic_intensity=p.arithmetic_intensity,
-                    attainable_flops_per_s=p.attainable_flops_per_s,
-                    bound=p.bound.value,
-                    compute_dtype=p.compute_dtype.value,
-                    ridge_intensity=p.ridge_intensity,
-                )
-                for p in result.phases
-            ],
-            warnings=list(result.warnings),
-        )

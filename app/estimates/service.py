@@ -1,16 +1,17 @@
 """Estimate use cases: resolve the target once, ask the engine, attach how far to trust it.
 
-Each function returns the resolved `Target` beside the engine's result, so the HTTP layer can
-echo what was estimated. Engine `SpecError`s become 422s naming the request field.
+Each function takes a frozen query (what the request asks, typed: engine specs, `DType`s) and
+returns the engine's result beside the resolved target (`Estimated`), which the answer schemas
+read by attribute. Engine `SpecError`s become 422s naming the request field (`spec_errors`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from app.catalog.spec_cache import SpecCache
-from app.catalog.specs import invalid_spec
 from app.engine.batch_ceiling import BatchCeiling, estimate_batch_ceiling
 from app.engine.chunking import ChunkRecommendation, recommend_chunk_size
 from app.engine.estimates import (
@@ -23,16 +24,37 @@ from app.engine.estimates import (
     estimate_request,
     prefill_curve,
 )
-from app.engine.parallelism import TpFeasibility, assess_tp
+from app.engine.memory import (
+    DEFAULT_BLOCK_TOKENS,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+)
+from app.engine.parallelism import DEFAULT_TP_CANDIDATES, TpFeasibility, assess_tp
 from app.engine.roofline import Roofline, roofline
-from app.engine.specs import Deployment, SpecError
-from app.targets.service import Target, resolve_gpu_spec, resolve_target, storage_format
+from app.engine.specs import Deployment, GpuSpec, ModelSpec
+from app.errors import spec_errors
+from app.targets.service import (
+    EfficiencyMode,
+    Estimated,
+    TargetQuery,
+    resolve_gpu_spec,
+    resolve_target,
+)
 
 __all__ = [
+    "BatchCeilingQuery",
+    "ChunkSizeQuery",
+    "DecodeQuery",
+    "PrefillCurveQuery",
+    "PrefillQuery",
+    "RequestQuery",
+    "RooflineAnswer",
+    "RooflineQuery",
+    "TpFeasibilityQuery",
     "batch_ceiling",
     "chunk_size",
     "decode",
-    "expected_error",
     "prefill",
     "prefill_points",
     "request",
@@ -40,115 +62,227 @@ __all__ = [
     "tp_feasibility",
 ]
 
-R = TypeVar("R")
-TargetArgs = Mapping[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class PrefillQuery:
+    target: TargetQuery
+    prompt_tokens: int
+    batch_size: int = 1
+    cached_prefix_tokens: int = 0
+    chunk_tokens: int | None = None
+    causal: bool = True
 
 
-def _run(call: Callable[[], R]) -> R:
-    try:
-        return call()
-    except SpecError as error:
-        raise invalid_spec(error) from None
+@dataclass(frozen=True, slots=True)
+class PrefillCurveQuery:
+    target: TargetQuery
+    prompt_tokens: tuple[int, ...]
+    batch_size: int = 1
+    chunk_tokens: int | None = None
+    causal: bool = True
 
 
-def expected_error(target: Target, *phases: str) -> dict[str, float]:
-    """The spread of validation residuals for these phases, where runs exist for the GPU."""
-    return {p: target.expected_error_pct[p] for p in phases if p in target.expected_error_pct}
+@dataclass(frozen=True, slots=True)
+class DecodeQuery:
+    target: TargetQuery
+    batch_size: int
+    context_tokens: int
 
 
-def _timed(
-    cache: SpecCache, target: TargetArgs, estimate: Callable[..., R], *args: Any, **workload: Any
-) -> tuple[Target, R]:
-    """Resolve `target` and call `estimate(cost, *args, **workload)`."""
-    resolved = resolve_target(cache, **target)
-    return resolved, _run(lambda: estimate(resolved.cost, *args, **workload))
+@dataclass(frozen=True, slots=True)
+class RequestQuery:
+    target: TargetQuery
+    prompt_tokens: int
+    output_tokens: int
+    batch_size: int = 1
+    cached_prefix_tokens: int = 0
+    chunk_tokens: int | None = None
+    causal: bool = True
 
 
-def prefill(
-    cache: SpecCache, target: TargetArgs, **workload: Any
-) -> tuple[Target, PrefillEstimate]:
-    return _timed(cache, target, estimate_prefill, **workload)
+@dataclass(frozen=True, slots=True)
+class BatchCeilingQuery:
+    target: TargetQuery
+    context_tokens: int
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
 
 
-def prefill_points(
-    cache: SpecCache, target: TargetArgs, prompt_tokens: Sequence[int], **workload: Any
-) -> tuple[Target, PrefillCurve]:
-    return _timed(cache, target, prefill_curve, prompt_tokens, **workload)
+@dataclass(frozen=True, slots=True)
+class TpFeasibilityQuery:
+    target: TargetQuery
+    """Its deployment's `tp` plays no part: every candidate is assessed."""
+    candidates: tuple[int, ...] = DEFAULT_TP_CANDIDATES
+    prompt_tokens: int = 2048
+    context_tokens: int = 2048
+    batch_size: int = 1
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
 
 
-def decode(cache: SpecCache, target: TargetArgs, **workload: Any) -> tuple[Target, DecodeEstimate]:
-    return _timed(cache, target, estimate_decode, **workload)
+@dataclass(frozen=True, slots=True)
+class ChunkSizeQuery:
+    target: TargetQuery
+    itl_slo_ms: float
+    short_ttft_slo_ms: float | None = None
+    decode_batch_size: int = 0
+    decode_context_tokens: int = 0
+    long_prompt_tokens: int | None = None
 
 
-def request(
-    cache: SpecCache, target: TargetArgs, **workload: Any
-) -> tuple[Target, RequestEstimate]:
-    return _timed(cache, target, estimate_request, **workload)
+@dataclass(frozen=True, slots=True)
+class RooflineQuery:
+    gpu: str | GpuSpec
+    model: str | ModelSpec | None = None
+    deployment: Deployment = field(default_factory=Deployment)
+    prompt_tokens: int = 2048
+    context_tokens: int = 2048
+    batch_size: int = 1
+    causal: bool = False
 
 
-def batch_ceiling(
-    cache: SpecCache, target: TargetArgs, **workload: Any
-) -> tuple[Target, BatchCeiling]:
-    return _timed(cache, target, estimate_batch_ceiling, **workload)
+@dataclass(frozen=True, slots=True)
+class RooflineAnswer:
+    """A roofline and the ids of the GPU and model it was drawn for (`inline` for inline specs;
+    no model: null)."""
+
+    gpu: str
+    model: str | None
+    result: Roofline
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
 
 
-def chunk_size(
-    cache: SpecCache, target: TargetArgs, **workload: Any
-) -> tuple[Target, ChunkRecommendation]:
-    return _timed(cache, target, recommend_chunk_size, **workload)
-
-
-def tp_feasibility(
-    cache: SpecCache, target: TargetArgs, **workload: Any
-) -> tuple[Target, TpFeasibility]:
-    """Each of `workload["candidates"]` assessed; the target's own `tp` plays no part (it is
-    resolved at tp 1, so a tp the heads cannot take is no 422 here)."""
-    resolved = resolve_target(cache, **{**target, "tp": 1})
-    return resolved, _run(
-        lambda: assess_tp(
-            resolved.model,
-            resolved.gpu,
-            resolved.deployment,
-            resolved.efficiency,
-            **workload,
+def prefill(cache: SpecCache, query: PrefillQuery) -> Estimated[PrefillEstimate]:
+    target = resolve_target(cache, query.target)
+    with spec_errors():
+        estimate = estimate_prefill(
+            target.cost,
+            prompt_tokens=query.prompt_tokens,
+            batch_size=query.batch_size,
+            cached_prefix_tokens=query.cached_prefix_tokens,
+            chunk_tokens=query.chunk_tokens,
+            causal=query.causal,
         )
-    )
+    return Estimated(target, estimate, ("prefill",))
 
 
-def roofline_of(
-    cache: SpecCache,
-    *,
-    gpu: str | Mapping[str, Any],
-    model: str | Mapping[str, Any] | None,
-    tp: int,
-    weight_dtype: str,
-    kv_dtype: str,
-    **workload: Any,
-) -> tuple[str, str | None, Roofline]:
-    """Roofline of a GPU, and where a model's phases sit on it when a model is given; with the
-    GPU's and model's ids (`inline` for inline specs)."""
-    if model is not None:
-        resolved = resolve_target(
+def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Estimated[PrefillCurve]:
+    target = resolve_target(cache, query.target)
+    lengths: Sequence[int] = query.prompt_tokens
+    with spec_errors():
+        curve = prefill_curve(
+            target.cost,
+            lengths,
+            batch_size=query.batch_size,
+            chunk_tokens=query.chunk_tokens,
+            causal=query.causal,
+        )
+    return Estimated(target, curve, ("prefill",))
+
+
+def decode(cache: SpecCache, query: DecodeQuery) -> Estimated[DecodeEstimate]:
+    target = resolve_target(cache, query.target)
+    with spec_errors():
+        estimate = estimate_decode(
+            target.cost, batch_size=query.batch_size, context_tokens=query.context_tokens
+        )
+    return Estimated(target, estimate, ("decode",))
+
+
+def request(cache: SpecCache, query: RequestQuery) -> Estimated[RequestEstimate]:
+    target = resolve_target(cache, query.target)
+    with spec_errors():
+        estimate = estimate_request(
+            target.cost,
+            prompt_tokens=query.prompt_tokens,
+            output_tokens=query.output_tokens,
+            batch_size=query.batch_size,
+            cached_prefix_tokens=query.cached_prefix_tokens,
+            chunk_tokens=query.chunk_tokens,
+            causal=query.causal,
+        )
+    return Estimated(target, estimate, ("prefill", "decode"))
+
+
+def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Estimated[BatchCeiling]:
+    target = resolve_target(cache, query.target)
+    with spec_errors():
+        ceiling = estimate_batch_ceiling(
+            target.cost,
+            context_tokens=query.context_tokens,
+            gpu_memory_utilization=query.gpu_memory_utilization,
+            block_tokens=query.block_tokens,
+            max_num_batched_tokens=query.max_num_batched_tokens,
+            max_num_seqs=query.max_num_seqs,
+        )
+    return Estimated(target, ceiling, ("decode",))
+
+
+def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Estimated[ChunkRecommendation]:
+    target = resolve_target(cache, query.target)
+    with spec_errors():
+        recommendation = recommend_chunk_size(
+            target.cost,
+            itl_slo_ms=query.itl_slo_ms,
+            short_ttft_slo_ms=query.short_ttft_slo_ms,
+            decode_batch_size=query.decode_batch_size,
+            decode_context_tokens=query.decode_context_tokens,
+            long_prompt_tokens=query.long_prompt_tokens,
+        )
+    return Estimated(target, recommendation, ("prefill", "decode"))
+
+
+def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Estimated[TpFeasibility]:
+    """Each of `query.candidates` assessed; the target's own `tp` plays no part (it is resolved
+    at tp 1, so a tp the heads cannot take is no 422 here)."""
+    at_tp_1 = replace(query.target, deployment=replace(query.target.deployment, tp=1))
+    target = resolve_target(cache, at_tp_1)
+    with spec_errors():
+        result = assess_tp(
+            target.model,
+            target.gpu,
+            target.deployment,
+            target.efficiency,
+            candidates=query.candidates,
+            prompt_tokens=query.prompt_tokens,
+            context_tokens=query.context_tokens,
+            batch_size=query.batch_size,
+            ttft_slo_ms=query.ttft_slo_ms,
+            tpot_slo_ms=query.tpot_slo_ms,
+        )
+    return Estimated(target, result, ("prefill", "decode"))
+
+
+def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:
+    """Roofline of a GPU, and where a model's phases sit on it when a model is given."""
+    if query.model is not None:
+        target = resolve_target(
             cache,
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            efficiency="ideal",
+            TargetQuery(query.model, query.gpu, query.deployment, EfficiencyMode.IDEAL),
         )
-        result = _run(
-            lambda: roofline(
-                resolved.gpu, model=resolved.model, deployment=resolved.deployment, **workload
+        with spec_errors():
+            result = roofline(
+                target.gpu,
+                model=target.model,
+                deployment=target.deployment,
+                prompt_tokens=query.prompt_tokens,
+                context_tokens=query.context_tokens,
+                batch_size=query.batch_size,
+                causal=query.causal,
             )
+        return RooflineAnswer(target.gpu_id, target.model_id, result)
+    spec, gpu_id, _ = resolve_gpu_spec(cache, query.gpu)
+    with spec_errors():
+        result = roofline(
+            spec,
+            deployment=query.deployment,
+            prompt_tokens=query.prompt_tokens,
+            context_tokens=query.context_tokens,
+            batch_size=query.batch_size,
+            causal=query.causal,
         )
-        return resolved.gpu_id, resolved.model_id, result
-    spec, gpu_id, _ = resolve_gpu_spec(cache, gpu)
-    deployment = _run(
-        lambda: Deployment(
-            tp=tp,
-            weight_dtype=storage_format("weight_dtype", weight_dtype),
-            kv_dtype=storage_format("kv_dtype", kv_dtype),
-        )
-    )
-    return gpu_id, None, _run(lambda: roofline(spec, deployment=deployment, **workload))
+    return RooflineAnswer(gpu_id, None, result)

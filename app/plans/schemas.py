@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.catalog.schemas import ModelArchitecture
+from app.engine.dtypes import DType
 from app.engine.planning import (
     DEFAULT_CHUNK_TOKENS,
     DEFAULT_CONFIRM_REQUESTS,
@@ -17,11 +18,12 @@ from app.engine.planning import (
     DEFAULT_TP_CANDIDATES,
     MAX_CANDIDATES,
 )
+from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRow
-from app.plans.service import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.simulations.schemas import MAX_REQUESTS, LengthDistribution, TraceRow
 from app.simulations.service import MIN_REQUESTS_PER_S
-from app.targets.schemas import Format
+from app.targets.schemas import Format, model_query
+from app.targets.service import EfficiencyMode
 from app.web.schemas import CATALOG_REF, ENTRY_ID, Input, Page
 
 __all__ = [
@@ -230,12 +232,12 @@ class PlanRequest(Input):
         """The request as `app.plans.service.create_plan` takes it."""
         traffic, slo = self.traffic, self.slo
         return PlanQuery(
-            model=self.model if isinstance(self.model, str) else self.model.model_dump(),
+            model=model_query(self.model),
             ttft_p99_ms=slo.ttft_p99_ms,
             tpot_p99_ms=slo.tpot_p99_ms,
             requests_per_s=traffic.requests_per_s,
-            prompt_tokens=traffic.prompt_tokens.fields() if traffic.prompt_tokens else None,
-            output_tokens=traffic.output_tokens.fields() if traffic.output_tokens else None,
+            prompt_tokens=traffic.prompt_tokens.query() if traffic.prompt_tokens else None,
+            output_tokens=traffic.output_tokens.query() if traffic.output_tokens else None,
             trace_rows=traffic.trace,
             ttft_buckets=[
                 (b.max_prompt_tokens, b.ttft_p99_ms) for b in slo.ttft_p99_ms_by_prompt_tokens
@@ -244,14 +246,14 @@ class PlanRequest(Input):
             price_overrides=self.price_overrides,
             tp_candidates=self.tp_candidates,
             weight_dtypes=(
-                [d.value for d in self.weight_dtypes] if self.weight_dtypes is not None else None
+                tuple(DType(d) for d in self.weight_dtypes) if self.weight_dtypes else None
             ),
-            kv_dtypes=[d.value for d in self.kv_dtypes] if self.kv_dtypes else None,
+            kv_dtypes=tuple(DType(d) for d in self.kv_dtypes) if self.kv_dtypes else None,
             max_num_seqs=self.max_num_seqs,
             chunk_tokens=self.chunk_tokens,
             headroom=self.headroom,
             gpus_per_node=self.gpus_per_node,
-            efficiency=self.efficiency,
+            efficiency=EfficiencyMode(self.efficiency),
             gpu_memory_utilization=self.gpu_memory_utilization,
             probe_requests=self.probe_requests,
             confirm_requests=self.confirm_requests,

@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from app.catalog.orm import utcnow
 from app.catalog.service import list_gpus
 from app.catalog.spec_cache import SpecCache
-from app.catalog.specs import invalid_spec
 from app.db.pages import Page
-from app.engine.dtypes import BYTES_PER_ELEMENT, DType
+from app.engine.dtypes import DType
 from app.engine.planning import (
-    DEFAULT_CHUNK_TOKENS,
-    DEFAULT_CONFIRM_REQUESTS,
-    DEFAULT_MAX_NUM_SEQS,
-    DEFAULT_PROBE_REQUESTS,
-    DEFAULT_TP_CANDIDATES,
     CandidatePlan,
+    CandidateStatus,
     CapacityPlan,
-    DisaggregatedPlan,
     GpuOffer,
     PlanOptions,
     Slo,
@@ -39,15 +34,17 @@ from app.engine.planning import (
     plan_capacity,
 )
 from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec, SpecError
-from app.errors import InvalidInput, PlanNotFound
+from app.errors import InvalidInput, PlanNotFound, invalid_spec
+from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRepository, PlanRow
+from app.plans.schemas import CandidateRead, DisaggregatedRead
 from app.simulations.service import (
     MIN_REQUESTS_PER_S,
     check_trace_lengths,
     length_distribution,
     trace_from_rows,
 )
-from app.targets.service import resolve_model
+from app.targets.service import EfficiencyMode, resolve_model
 
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
@@ -61,42 +58,8 @@ __all__ = [
     "store_plan",
 ]
 
-MAX_TRAFFIC_REQUESTS_PER_S = 1e7
-"""Most requests per second a plan is asked to carry (all replicas together)."""
 # The KV format each weight format is served with unless kv_dtypes says otherwise.
 _NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
-
-
-@dataclass(frozen=True, slots=True)
-class PlanQuery:
-    """A plan request, as the service needs it (the API schema builds it)."""
-
-    model: str | Mapping[str, Any]
-    ttft_p99_ms: float
-    tpot_p99_ms: float
-    requests_per_s: float | None = None
-    prompt_tokens: Mapping[str, Any] | None = None
-    output_tokens: Mapping[str, Any] | None = None
-    trace_rows: Sequence[Sequence[float]] | None = None
-    ttft_buckets: Sequence[tuple[int, float]] = ()
-    gpus: Sequence[str] | None = None
-    price_overrides: Mapping[str, float] = field(default_factory=dict)
-    tp_candidates: Sequence[int] = DEFAULT_TP_CANDIDATES
-    weight_dtypes: Sequence[str] | None = None
-    """None: the model's own format only."""
-    kv_dtypes: Sequence[str] | None = None
-    max_num_seqs: Sequence[int] = DEFAULT_MAX_NUM_SEQS
-    chunk_tokens: Sequence[int] = DEFAULT_CHUNK_TOKENS
-    headroom: float = 0.2
-    gpus_per_node: int = 8
-    efficiency: str = "calibrated"
-    gpu_memory_utilization: float = 0.9
-    probe_requests: int = DEFAULT_PROBE_REQUESTS
-    confirm_requests: int = DEFAULT_CONFIRM_REQUESTS
-    seed: int = 0
-    max_plans: int = 3
-    exhaustive: bool = False
-    disaggregated: bool = False
 
 
 def _offers(
@@ -129,7 +92,7 @@ def _offers(
                 f"GPU {gpu_id!r} has no price in the catalog: give one in "
                 f"price_overrides.{gpu_id} (USD per GPU-hour)",
             )
-        efficiency = IDEAL_EFFICIENCY if query.efficiency == "ideal" else None
+        efficiency = IDEAL_EFFICIENCY if query.efficiency is EfficiencyMode.IDEAL else None
         offers.append(GpuOffer(cached.spec, price, efficiency))
         versions[cached.spec.id] = cached.version
     if not offers:
@@ -139,14 +102,10 @@ def _offers(
 
 
 def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
-    if query.weight_dtypes is None:
-        weights = [model.checkpoint_dtype]
-    else:
-        weights = [DType(name) for name in query.weight_dtypes]
+    weights = query.weight_dtypes or (model.checkpoint_dtype,)
     if query.kv_dtypes is None:
         return tuple(dict.fromkeys((w, _NATURAL_KV.get(w, DType.BF16)) for w in weights))
-    caches = [DType(name) for name in query.kv_dtypes]
-    return tuple((w, kv) for w in weights for kv in caches)
+    return tuple((w, kv) for w in weights for kv in query.kv_dtypes)
 
 
 def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
@@ -254,99 +213,22 @@ def compute_plan(job: PlanJob) -> ComputedPlan:
         raise invalid_spec(error) from None
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
-        document=_document(plan, elapsed_ms, job.query, job.model.checkpoint_dtype),
+        document=_document(plan, elapsed_ms),
         summary=_summary(plan),
         demand_requests_per_s=plan.demand_requests_per_s,
     )
 
 
-def _candidate_document(c: CandidatePlan, checkpoint: DType) -> dict[str, Any]:
-    predicted = None
-    if c.predicted is not None:
-        p = c.predicted
-        predicted = {
-            "requests_per_s_per_replica": p.requests_per_s_per_replica,
-            "ttft_p50_ms": p.ttft_p50_ms,
-            "ttft_p99_ms": p.ttft_p99_ms,
-            "tpot_p50_ms": p.tpot_p50_ms,
-            "tpot_p99_ms": p.tpot_p99_ms,
-            "ttft_p99_ms_by_bucket": list(p.ttft_p99_ms_by_bucket),
-            "saturated": p.saturated,
-        }
+def _document(plan: CapacityPlan, elapsed_ms: float) -> dict[str, Any]:
+    """The answer as stored: its candidates and the disaggregated option read from the
+    engine's results by attribute (`CandidateRead`, `DisaggregatedRead`: one definition)."""
+    ranked = [c for c in plan.candidates if c.status is not CandidateStatus.PRUNED]
+    pruned = [c for c in plan.candidates if c.status is CandidateStatus.PRUNED]
     return {
-        "gpu": c.gpu_id,
-        "tp": c.tp,
-        "weight_dtype": c.weight_dtype.value,
-        "kv_dtype": c.kv_dtype.value,
-        "max_num_seqs": c.max_num_seqs,
-        "chunk_tokens": c.chunk_tokens,
-        "status": c.status.value,
-        "feasible": c.feasible,
-        "replicas": c.replicas,
-        "gpus_total": c.gpus_total,
-        "price_per_gpu_hour_usd": c.price_per_gpu_hour_usd,
-        "cost_per_hour_usd": c.cost_per_hour_usd,
-        "cost_per_million_output_tokens_usd": c.cost_per_million_output_tokens_usd,
-        "max_requests_per_s_per_replica": c.max_requests_per_s_per_replica,
-        "failing_requests_per_s_per_replica": c.failing_requests_per_s_per_replica,
-        "analytic_max_requests_per_s_per_replica": c.analytic_max_requests_per_s_per_replica,
-        "cost_lower_bound_per_hour_usd": c.cost_lower_bound_per_hour_usd,
-        "kv_capacity_tokens": c.kv_capacity_tokens,
-        "kv_head_replication": c.kv_head_replication,
-        "predicted": predicted,
-        "simulations": c.simulations,
-        "reasons": list(c.reasons),
-        "quantized_from": (
-            checkpoint.value
-            if BYTES_PER_ELEMENT[c.weight_dtype] < BYTES_PER_ELEMENT[checkpoint]
-            else None
-        ),
-    }
-
-
-def _disaggregated_document(d: DisaggregatedPlan) -> dict[str, Any]:
-    return {
-        "gpu": d.gpu_id,
-        "tp": d.tp,
-        "weight_dtype": d.weight_dtype.value,
-        "kv_dtype": d.kv_dtype.value,
-        "chunk_tokens": d.chunk_tokens,
-        "prefill_replicas": d.prefill_replicas,
-        "prefill_max_requests_per_s_per_replica": d.prefill_max_requests_per_s_per_replica,
-        "decode_replicas": d.decode_replicas,
-        "decode_batch_size": d.decode_batch_size,
-        "decode_mean_batch": d.decode_mean_batch,
-        "decode_tpot_ms": d.decode_tpot_ms,
-        "decode_max_requests_per_s_per_replica": d.decode_max_requests_per_s_per_replica,
-        "gpus_total": d.gpus_total,
-        "cost_per_hour_usd": d.cost_per_hour_usd,
-        "cost_per_million_output_tokens_usd": d.cost_per_million_output_tokens_usd,
-        "aggregated_cost_per_hour_usd": d.aggregated_cost_per_hour_usd,
-        "cheaper": d.cheaper,
-        "verdict": d.verdict,
-        "method": d.method,
-    }
-
-
-def _document(
-    plan: CapacityPlan, elapsed_ms: float, query: PlanQuery, checkpoint: DType
-) -> dict[str, Any]:
-    ranked = [c for c in plan.candidates if c.status.value != "pruned"]
-    pruned = [c for c in plan.candidates if c.status.value == "pruned"]
-    buckets = [b for b, _ in query.ttft_buckets]
-    documents = [_candidate_document(c, checkpoint) for c in ranked]
-    for document in documents:
-        predicted = document["predicted"]
-        if predicted is not None:
-            predicted["ttft_p99_ms_by_bucket"] = [
-                {"max_prompt_tokens": bound, "ttft_p99_ms": ms}
-                for bound, ms in zip(buckets, predicted["ttft_p99_ms_by_bucket"], strict=True)
-            ]
-    return {
-        "plans": documents,
-        "pruned": [_candidate_document(c, checkpoint) for c in pruned],
+        "plans": [_read(CandidateRead, c) for c in ranked],
+        "pruned": [_read(CandidateRead, c) for c in pruned],
         "disaggregated": (
-            _disaggregated_document(plan.disaggregated) if plan.disaggregated else None
+            _read(DisaggregatedRead, plan.disaggregated) if plan.disaggregated else None
         ),
         "demand_requests_per_s": plan.demand_requests_per_s,
         "mean_prompt_tokens": plan.mean_prompt_tokens,
@@ -354,17 +236,23 @@ def _document(
         "probe_requests": plan.probe_requests,
         "simulations": plan.simulations,
         "elapsed_ms": elapsed_ms,
-        "notes": list(plan.notes) + _quantisation_notes(documents, checkpoint),
+        "notes": list(plan.notes) + _quantisation_notes(ranked),
     }
 
 
-def _quantisation_notes(documents: list[dict[str, Any]], checkpoint: DType) -> list[str]:
-    formats = sorted({d["weight_dtype"] for d in documents if d["quantized_from"] is not None})
-    if not formats:
+def _read(schema: type[BaseModel], result: object) -> dict[str, Any]:
+    return schema.model_validate(result, from_attributes=True).model_dump(mode="json")
+
+
+def _quantisation_notes(candidates: list[CandidatePlan]) -> list[str]:
+    quantised = [c for c in candidates if c.quantized_from is not None]
+    if not quantised:
         return []
+    formats = ", ".join(sorted({c.weight_dtype.value for c in quantised}))
     return [
-        f"{', '.join(formats)} weights quantise the model's {checkpoint} checkpoint: a change in "
-        "output quality to measure before serving (those candidates carry quantized_from)"
+        f"{formats} weights quantise the model's {quantised[0].quantized_from} checkpoint: a "
+        "change in output quality to measure before serving (those candidates carry "
+        "quantized_from)"
     ]
 
 
@@ -374,7 +262,7 @@ def _summary(plan: CapacityPlan) -> dict[str, Any]:
         return {"feasible": False}
     return {
         "feasible": True,
-        "gpu": best.gpu_id,
+        "gpu": best.gpu,
         "tp": best.tp,
         "weight_dtype": best.weight_dtype.value,
         "replicas": best.replicas,

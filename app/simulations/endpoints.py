@@ -45,4 +45,4 @@ async def simulate_route(
     budget = KEYED_BUDGET if key is not None else ANONYMOUS_BUDGET
     job = await run_in_threadpool(prepare_simulation, cache, body.query(), budget)
     run = await heavy.run(request, run_simulation_job, job)
-    return SimulationResponse.of(run)
+    return SimulationResponse.model_validate(run, from_attributes=True)

@@ -3,19 +3,23 @@ Times in ms unless the name says `_s`; rates per second."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.engine.simulator import Percentiles
+from app.engine.simulator import SchedulerConfig
+from app.errors import spec_errors
 from app.simulations.service import (
     MAX_ARRIVAL_S,
     MAX_SIMULATED_STEPS,
     MIN_REQUESTS_PER_S,
+    HistogramQuery,
+    LengthsQuery,
+    PercentilesQuery,
+    PoissonQuery,
     SimulationQuery,
-    SimulationRun,
 )
-from app.targets.schemas import TargetEcho, TargetRequest, echo
+from app.targets.schemas import TargetEcho, TargetRequest
 from app.web.schemas import Input, Lax
 
 __all__ = [
@@ -114,9 +118,13 @@ class LengthDistribution(Input):
             raise ValueError("give all of p50, p90 and p99 (or edges_tokens and weights)")
         return self
 
-    def fields(self) -> dict[str, Any]:
-        """What `app.simulations.service.length_distribution` reads."""
-        return self.model_dump(exclude_none=True)
+    def query(self) -> LengthsQuery:
+        """The shape, typed: what `app.simulations.service.length_distribution` reads."""
+        if self.edges_tokens is not None and self.weights is not None:
+            return HistogramQuery(tuple(self.edges_tokens), tuple(self.weights))
+        if self.p50 is None or self.p90 is None or self.p99 is None:  # refused in validation
+            raise ValueError("give all of p50, p90 and p99")
+        return PercentilesQuery(self.p50, self.p90, self.p99)
 
 
 class Workload(Input):
@@ -140,13 +148,13 @@ class Workload(Input):
         description="Output lengths, the first token included."
     )
 
-    def fields(self) -> dict[str, Any]:
-        return {
-            "requests_per_s": self.requests_per_s,
-            "num_requests": self.num_requests,
-            "prompt_tokens": self.prompt_tokens.fields(),
-            "output_tokens": self.output_tokens.fields(),
-        }
+    def query(self) -> PoissonQuery:
+        return PoissonQuery(
+            requests_per_s=self.requests_per_s,
+            num_requests=self.num_requests,
+            prompt_tokens=self.prompt_tokens.query(),
+            output_tokens=self.output_tokens.query(),
+        )
 
 
 class SchedulerSettings(Input):
@@ -170,6 +178,16 @@ class SchedulerSettings(Input):
         le=_MAX_TOKENS,
         description="Cap on one request's chunk per step (0: none), leaving budget for others.",
     )
+
+    def config(self) -> SchedulerConfig:
+        """The engine's scheduler; 422 naming the field when the settings cannot work."""
+        with spec_errors():
+            return SchedulerConfig(
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                enable_chunked_prefill=self.enable_chunked_prefill,
+                long_prefill_token_threshold=self.long_prefill_token_threshold,
+            )
 
 
 class SimulationSlo(Input):
@@ -244,9 +262,9 @@ class SimulationRequest(TargetRequest):
         """The request as `app.simulations.service.prepare_simulation` takes it."""
         slo = self.slo or SimulationSlo()
         return SimulationQuery(
-            target=self.target_kwargs(),
-            scheduler=self.scheduler.model_dump(),
-            workload=self.workload.fields() if self.workload else None,
+            target=self.target_query(),
+            scheduler=self.scheduler.config(),
+            workload=self.workload.query() if self.workload else None,
             trace_rows=self.trace,
             seed=self.seed,
             ttft_slo_ms=slo.ttft_ms,
@@ -265,10 +283,6 @@ class LatencyPercentiles(BaseModel):
     p99: float = Field(description="99th percentile.")
     mean: float = Field(description="Mean.")
     max: float = Field(description="Largest.")
-
-    @classmethod
-    def of(cls, p: Percentiles) -> LatencyPercentiles:
-        return cls(p50=p.p50, p90=p.p90, p99=p.p99, mean=p.mean, max=p.max)
 
 
 class QueuePoint(BaseModel):
@@ -312,44 +326,3 @@ class SimulationResponse(BaseModel):
     max_waiting_requests: int = Field(description="Longest queue.")
     max_running_requests: int = Field(description="Largest running batch.")
     queue: list[QueuePoint] = Field(description="The queue over the run, at most 200 samples.")
-
-    @classmethod
-    def of(cls, run: SimulationRun) -> SimulationResponse:
-        result, config = run.result, run.scheduler
-        return cls(
-            target=echo(run.target),
-            scheduler=SchedulerSettings(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-                long_prefill_token_threshold=config.long_prefill_token_threshold,
-            ),
-            kv_capacity_tokens=run.kv_capacity_tokens,
-            num_requests=run.num_requests,
-            ttft_ms=LatencyPercentiles.of(result.ttft_ms),
-            tpot_ms=LatencyPercentiles.of(result.tpot_ms),
-            itl_ms=LatencyPercentiles.of(result.itl_ms),
-            e2e_ms=LatencyPercentiles.of(result.e2e_ms),
-            throughput_tokens_per_s=result.throughput_tokens_per_s,
-            requests_per_s=result.requests_per_s,
-            goodput_requests_per_s=result.goodput_requests_per_s,
-            saturated=result.saturated,
-            backlog_growth_requests_per_s=result.backlog_growth_requests_per_s,
-            completed_requests=result.completed_requests,
-            rejected_requests=result.rejected_requests,
-            preemptions=result.preemptions,
-            steps=result.steps,
-            makespan_s=result.makespan_s,
-            mean_requests_in_system=result.mean_requests_in_system,
-            mean_waiting_requests=result.mean_waiting_requests,
-            max_waiting_requests=result.max_waiting_requests,
-            max_running_requests=result.max_running_requests,
-            queue=[
-                QueuePoint(
-                    time_s=q.time_s,
-                    waiting_requests=q.waiting_requests,
-                    running_requests=q.running_requests,
-                )
-                for q in result.queue
-            ],
-        )

@@ -12,12 +12,11 @@ times are not lost in rounding), and lengths within the model's context.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.catalog.spec_cache import SpecCache
-from app.catalog.specs import invalid_spec
 from app.engine.memory import memory_plan
 from app.engine.simulator import (
     SchedulerConfig,
@@ -37,8 +36,8 @@ from app.engine.workload import (
     PoissonWorkload,
     Trace,
 )
-from app.errors import InvalidInput
-from app.targets.service import Target, resolve_target
+from app.errors import InvalidInput, invalid_spec, spec_errors
+from app.targets.service import Target, TargetEcho, TargetQuery, resolve_target
 
 __all__ = [
     "ANONYMOUS_BUDGET",
@@ -46,6 +45,10 @@ __all__ = [
     "MAX_ARRIVAL_S",
     "MAX_SIMULATED_STEPS",
     "MIN_REQUESTS_PER_S",
+    "HistogramQuery",
+    "LengthsQuery",
+    "PercentilesQuery",
+    "PoissonQuery",
     "SimulationJob",
     "SimulationQuery",
     "SimulationRun",
@@ -70,36 +73,71 @@ MAX_ARRIVAL_S = 1e9
 
 @dataclass(frozen=True, slots=True)
 class SimulationRun:
-    target: Target
+    """A finished run and what it was of; the answer schema reads it by attribute (`target`
+    as its echo, the result's figures as if they were its own)."""
+
+    resolved: Target
     scheduler: SchedulerConfig
     kv_capacity_tokens: int
     num_requests: int
     result: SimulationResult
 
+    @property
+    def target(self) -> TargetEcho:
+        return self.resolved.echo()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+@dataclass(frozen=True, slots=True)
+class PercentilesQuery:
+    """Token lengths by three percentiles (`app.engine.workload.PercentileLengths`)."""
+
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramQuery:
+    """Token lengths by histogram: bins [edge i, edge i+1) with weights."""
+
+    edges_tokens: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
+LengthsQuery = PercentilesQuery | HistogramQuery
+
+
+@dataclass(frozen=True, slots=True)
+class PoissonQuery:
+    """Poisson arrivals at `requests_per_s`, lengths drawn from the two distributions."""
+
+    requests_per_s: float
+    num_requests: int
+    prompt_tokens: LengthsQuery
+    output_tokens: LengthsQuery
+
 
 def length_distribution(
-    fields: Mapping[str, Any], field: str, max_tokens: int | None = None
+    lengths: LengthsQuery, field: str, max_tokens: int | None = None
 ) -> LengthDistribution:
-    """`{p50, p90, p99}` or `{edges_tokens, weights}` as the engine's distribution; a 422 naming
-    `field` and the offending key. `max_tokens` clamps sampled percentile lengths (a model's
-    context); a p99, or a histogram's last bin, above it is refused."""
+    """The engine's distribution of `lengths`; a 422 naming `field` and the offending key.
+    `max_tokens` clamps sampled percentile lengths (a model's context); a p99, or a
+    histogram's last bin, above it is refused."""
     try:
-        if fields.get("edges_tokens") is not None:
-            edges = tuple(int(edge) for edge in fields["edges_tokens"])
+        if isinstance(lengths, HistogramQuery):
+            edges = lengths.edges_tokens
             if max_tokens is not None and edges[-1] - 1 > max_tokens:
                 raise InvalidInput.at(
                     f"{field}.edges_tokens",
                     f"the last bin reaches {edges[-1] - 1} tokens, beyond the model's "
                     f"{max_tokens}-token context",
                 )
-            return HistogramLengths(
-                edges_tokens=edges, weights=tuple(float(weight) for weight in fields["weights"])
-            )
+            return HistogramLengths(edges_tokens=edges, weights=lengths.weights)
         return PercentileLengths(
-            p50=float(fields["p50"]),
-            p90=float(fields["p90"]),
-            p99=float(fields["p99"]),
-            max_tokens=max_tokens,
+            p50=lengths.p50, p90=lengths.p90, p99=lengths.p99, max_tokens=max_tokens
         )
     except SpecError as error:
         if error.field == "max_tokens":
@@ -185,9 +223,9 @@ ANONYMOUS_BUDGET = WorkBudget(max_requests=20_000, max_steps=1_000_000)
 class SimulationQuery:
     """A simulation request, as the service needs it (the API schema builds it)."""
 
-    target: Mapping[str, Any]
-    scheduler: Mapping[str, Any]
-    workload: Mapping[str, Any] | None
+    target: TargetQuery
+    scheduler: SchedulerConfig
+    workload: PoissonQuery | None
     trace_rows: Sequence[Sequence[float]] | None
     seed: int
     ttft_slo_ms: float | None
@@ -217,11 +255,8 @@ def prepare_simulation(
 ) -> SimulationJob:
     """Resolve the target, size the KV cache, build the trace and check the work against
     `budget` before anything runs: 422 naming the field when it asks for more."""
-    target = resolve_target(cache, **query.target)
-    try:
-        config = SchedulerConfig(**query.scheduler)
-    except SpecError as error:
-        raise invalid_spec(error) from None
+    target = resolve_target(cache, query.target)
+    config = query.scheduler
     if query.kv_capacity_override_tokens is not None:
         kv_tokens = query.kv_capacity_override_tokens
     else:
@@ -240,20 +275,16 @@ def prepare_simulation(
         check_trace_lengths(trace, context, "trace")
     elif workload is not None:
         work_field = "workload.num_requests"
-        _within(budget, int(workload["num_requests"]), work_field)
-        try:
+        _within(budget, workload.num_requests, work_field)
+        prompts = length_distribution(workload.prompt_tokens, "workload.prompt_tokens", context)
+        outputs = length_distribution(workload.output_tokens, "workload.output_tokens", context)
+        with spec_errors("workload"):
             trace = PoissonWorkload(
-                requests_per_s=float(workload["requests_per_s"]),
-                num_requests=int(workload["num_requests"]),
-                prompt_tokens=length_distribution(
-                    workload["prompt_tokens"], "workload.prompt_tokens", context
-                ),
-                output_tokens=length_distribution(
-                    workload["output_tokens"], "workload.output_tokens", context
-                ),
+                requests_per_s=workload.requests_per_s,
+                num_requests=workload.num_requests,
+                prompt_tokens=prompts,
+                output_tokens=outputs,
             ).trace(query.seed)
-        except SpecError as error:
-            raise invalid_spec(error, "workload") from None
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
     try:
@@ -316,7 +347,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
     except SpecError as error:
         raise invalid_spec(error) from None
     return SimulationRun(
-        target=job.target,
+        resolved=job.target,
         scheduler=job.scheduler,
         kv_capacity_tokens=job.kv_capacity_tokens,
         num_requests=len(job.trace),

@@ -3,7 +3,7 @@ and the echo of it every estimate response carries."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -13,8 +13,12 @@ from app.catalog.schemas import (
     GpuHardware,
     ModelArchitecture,
 )
-from app.targets.service import Target
-from app.web.schemas import CATALOG_REF, Format, Input, StorageFormat
+from app.catalog.specs import efficiency_from_fields, gpu_spec_from_fields
+from app.engine.dtypes import DType
+from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
+from app.errors import spec_errors
+from app.targets.service import EfficiencyMode, TargetQuery
+from app.web.schemas import BF16_FORMAT, CATALOG_REF, Format, Input, StorageFormat
 
 __all__ = [
     "DeploymentFields",
@@ -24,8 +28,8 @@ __all__ = [
     "StorageFormat",
     "TargetEcho",
     "TargetRequest",
-    "echo",
-    "spec_fields",
+    "gpu_query",
+    "model_query",
 ]
 
 
@@ -33,27 +37,40 @@ class EfficiencyOverride(EfficiencyFractions):
     """Efficiencies for a what-if, instead of the GPU's calibration."""
 
 
-def spec_fields(ref: str | BaseModel | None) -> str | dict[str, Any] | None:
-    """A catalog id as it is; an inline spec as the plain fields `app.catalog.specs` maps."""
-    return ref.model_dump() if isinstance(ref, BaseModel) else ref
-
-
 class DeploymentFields(Input):
     """How the model is deployed: its tensor-parallel degree and storage formats."""
 
     tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.", examples=[1])
     weight_dtype: Format = Field(
-        default=StorageFormat.BF16,
+        default=BF16_FORMAT,
         description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
     )
-    kv_dtype: Format = Field(default=StorageFormat.BF16, description="KV-cache format.")
+    kv_dtype: Format = Field(default=BF16_FORMAT, description="KV-cache format.")
 
-    def deployment_kwargs(self) -> dict[str, Any]:
-        return {
-            "tp": self.tp,
-            "weight_dtype": self.weight_dtype.value,
-            "kv_dtype": self.kv_dtype.value,
-        }
+    def deployment(self) -> Deployment:
+        """The engine's deployment; 422 naming the field when it is impossible."""
+        with spec_errors():
+            return Deployment(
+                tp=self.tp, weight_dtype=DType(self.weight_dtype), kv_dtype=DType(self.kv_dtype)
+            )
+
+
+def model_query(model: str | ModelArchitecture) -> str | ModelSpec:
+    """A catalog reference as it is; an inline architecture as its engine spec (422 naming
+    `model.<field>` when it is impossible)."""
+    if isinstance(model, str):
+        return model
+    with spec_errors("model"):
+        spec: ModelSpec = model.to_spec()
+    return spec
+
+
+def gpu_query(gpu: str | GpuHardware) -> str | GpuSpec:
+    """A catalog reference as it is; inline hardware as its engine spec."""
+    if isinstance(gpu, str):
+        return gpu
+    with spec_errors("gpu"):
+        return gpu_spec_from_fields(gpu.model_dump())
 
 
 class TargetRequest(DeploymentFields):
@@ -81,17 +98,22 @@ class TargetRequest(DeploymentFields):
         """The catalog ids this request names, for `SpecCache.generations`."""
         return {"model": self.model, "gpu": self.gpu}
 
-    def target_kwargs(self) -> dict[str, Any]:
-        """The arguments of `app.targets.service.resolve_target`."""
-        return self.deployment_kwargs() | {
-            "model": spec_fields(self.model),
-            "gpu": spec_fields(self.gpu),
-            "efficiency": spec_fields(self.efficiency),
-        }
-
-    def workload_fields(self) -> dict[str, Any]:
-        """The fields a subclass adds, as the keyword arguments of its estimate service."""
-        return self.model_dump(exclude=set(TargetRequest.model_fields))
+    def target_query(self) -> TargetQuery:
+        """The request's target, typed: what `app.targets.service.resolve_target` takes."""
+        efficiency: EfficiencyMode | Efficiency
+        if isinstance(self.efficiency, EfficiencyOverride):
+            with spec_errors():
+                efficiency = efficiency_from_fields(
+                    {"source": "given in the request", **self.efficiency.model_dump()}
+                )
+        else:
+            efficiency = EfficiencyMode(self.efficiency)
+        return TargetQuery(
+            model=model_query(self.model),
+            gpu=gpu_query(self.gpu),
+            deployment=self.deployment(),
+            efficiency=efficiency,
+        )
 
 
 class EfficiencyUsed(EfficiencyValues):
@@ -111,31 +133,4 @@ class TargetEcho(BaseModel):
     efficiency: EfficiencyUsed = Field(description="How the estimate was timed.")
     catalog_versions: dict[str, int] = Field(
         description="Versions of the catalog entries used (`model`, `gpu`), for reproducibility."
-    )
-
-
-def echo(target: Target) -> TargetEcho:
-    eff = target.efficiency
-    versions = {
-        name: version
-        for name, version in (("model", target.model_version), ("gpu", target.gpu_version))
-        if version is not None
-    }
-    return TargetEcho(
-        model=target.model_id,
-        gpu=target.gpu_id,
-        tp=target.deployment.tp,
-        weight_dtype=target.deployment.weight_dtype.value,
-        kv_dtype=target.deployment.kv_dtype.value,
-        efficiency=EfficiencyUsed(
-            mode=target.efficiency_mode.value,
-            gemm=eff.gemm,
-            attention=eff.attention,
-            memory=eff.memory,
-            communication=eff.communication,
-            overhead_ms=eff.overhead_ms,
-            source=eff.source,
-            calibration_id=target.calibration_id,
-        ),
-        catalog_versions=versions,
     )

@@ -1,6 +1,8 @@
 """What an estimate is about: a model on a GPU, deployed with a TP degree and formats, timed with an
-efficiency. Requests name the model and GPU by catalog id or inline; both resolve here, once, into
-the engine's specs and a `StepCostModel`.
+efficiency. Requests name the model and GPU by catalog id or give them inline; a `TargetQuery`
+carries either, typed, and `resolve_target` turns it, once, into the engine's specs and a
+`StepCostModel`. `Estimated` is an engine result beside the target it is about: what every
+estimate answer is built from.
 """
 
 from __future__ import annotations
@@ -8,44 +10,71 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from app.catalog.spec_cache import CachedGpu, SpecCache
-from app.catalog.specs import (
-    efficiency_from_fields,
-    gpu_spec_from_fields,
-    invalid_spec,
-    model_spec_from_fields,
-)
-from app.engine.dtypes import DType
-from app.engine.specs import (
-    IDEAL_EFFICIENCY,
-    Deployment,
-    Efficiency,
-    GpuSpec,
-    ModelSpec,
-    SpecError,
-)
+from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec
 from app.engine.step_cost import StepCostModel
-from app.errors import InvalidInput
+from app.errors import spec_errors
 
 __all__ = [
     "INLINE",
     "EfficiencyMode",
+    "Estimated",
     "Target",
+    "TargetEcho",
+    "TargetQuery",
     "resolve_gpu_spec",
     "resolve_model",
     "resolve_target",
-    "storage_format",
 ]
 
 INLINE = "inline"
+R = TypeVar("R")
 
 
 class EfficiencyMode(StrEnum):
     CALIBRATED = "calibrated"  # the GPU's current calibration (or its bundled default)
     IDEAL = "ideal"  # 100 % of datasheet peak, no overhead: article B's lower bound (docs/model.md)
     CUSTOM = "custom"  # efficiencies given in the request
+
+
+@dataclass(frozen=True, slots=True)
+class TargetQuery:
+    """Which model, on which GPU, deployed how, timed how: a catalog id (or another name of the
+    entry) or an engine spec for each; `efficiency` a mode or explicit efficiencies."""
+
+    model: str | ModelSpec
+    gpu: str | GpuSpec
+    deployment: Deployment = field(default_factory=Deployment)
+    efficiency: EfficiencyMode | Efficiency = EfficiencyMode.CALIBRATED
+
+
+@dataclass(frozen=True, slots=True)
+class EfficiencyUsed:
+    """The efficiencies an estimate was timed with, where they come from, and how chosen."""
+
+    mode: EfficiencyMode
+    gemm: float
+    attention: float
+    memory: float
+    communication: float
+    overhead_ms: float
+    source: str
+    calibration_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetEcho:
+    """What was estimated, as the answer names it: ids, deployment, efficiency, versions."""
+
+    model: str
+    gpu: str
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    efficiency: EfficiencyUsed
+    catalog_versions: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,57 +93,83 @@ class Target:
     price_per_gpu_hour_usd: float | None = None
     expected_error_pct: Mapping[str, float] = field(default_factory=dict)
 
+    def echo(self) -> TargetEcho:
+        eff = self.efficiency
+        versions = {
+            name: version
+            for name, version in (("model", self.model_version), ("gpu", self.gpu_version))
+            if version is not None
+        }
+        return TargetEcho(
+            model=self.model_id,
+            gpu=self.gpu_id,
+            tp=self.deployment.tp,
+            weight_dtype=self.deployment.weight_dtype.value,
+            kv_dtype=self.deployment.kv_dtype.value,
+            efficiency=EfficiencyUsed(
+                mode=self.efficiency_mode,
+                gemm=eff.gemm,
+                attention=eff.attention,
+                memory=eff.memory,
+                communication=eff.communication,
+                overhead_ms=eff.overhead_ms,
+                source=eff.source,
+                calibration_id=self.calibration_id,
+            ),
+            catalog_versions=versions,
+        )
 
-def storage_format(field: str, name: str) -> DType:
-    """The format `name`; a 422 naming `field` when there is no such format."""
-    try:
-        return DType(name)
-    except ValueError:
-        formats = ", ".join(d.value for d in DType)
-        raise InvalidInput.at(field, f"unknown format {name!r}; one of {formats}") from None
+    def expected_error(self, *phases: str) -> dict[str, float]:
+        """The spread of validation residuals for these phases, where runs exist for the GPU."""
+        errors = self.expected_error_pct
+        return {phase: errors[phase] for phase in phases if phase in errors}
 
 
-def resolve_model(
-    cache: SpecCache, model: str | Mapping[str, Any]
-) -> tuple[ModelSpec, str, int | None]:
+@dataclass(frozen=True, slots=True)
+class Estimated(Generic[R]):
+    """An engine result and the target it is about. An answer schema reads it by attribute:
+    `target` and `expected_error_pct` from here, everything else from the result."""
+
+    resolved: Target
+    result: R
+    phases: tuple[str, ...]
+    """The phases whose validation residuals say how far to trust it (`prefill`, `decode`)."""
+
+    @property
+    def target(self) -> TargetEcho:
+        return self.resolved.echo()
+
+    @property
+    def expected_error_pct(self) -> dict[str, float]:
+        return self.resolved.expected_error(*self.phases)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+def resolve_model(cache: SpecCache, model: str | ModelSpec) -> tuple[ModelSpec, str, int | None]:
     """The model's spec, its catalog id (`inline` for an inline spec) and catalog version; a
-    422 naming `model` when the id is unknown or the architecture impossible."""
+    422 naming `model` when the id is unknown."""
     if isinstance(model, str):
         cached = cache.model(model, "model")
         return cached.spec, cached.spec.id, cached.version
-    try:
-        return model_spec_from_fields(model), INLINE, None
-    except SpecError as error:
-        raise invalid_spec(error, "model") from None
+    return model, INLINE, None
 
 
-def resolve_gpu_spec(
-    cache: SpecCache, gpu: str | Mapping[str, Any]
-) -> tuple[GpuSpec, str, CachedGpu | None]:
+def resolve_gpu_spec(cache: SpecCache, gpu: str | GpuSpec) -> tuple[GpuSpec, str, CachedGpu | None]:
     """The GPU's spec, its catalog id (`inline` for an inline spec) and its cache entry (None
-    inline); a 422 naming `gpu` when the id is unknown or the figures impossible."""
+    inline); a 422 naming `gpu` when the id is unknown."""
     if isinstance(gpu, str):
         cached = cache.gpu(gpu, "gpu")
         return cached.spec, cached.spec.id, cached
-    try:
-        return gpu_spec_from_fields(gpu), INLINE, None
-    except SpecError as error:
-        raise invalid_spec(error, "gpu") from None
+    return gpu, INLINE, None
 
 
-def resolve_target(
-    cache: SpecCache,
-    *,
-    model: str | Mapping[str, Any],
-    gpu: str | Mapping[str, Any],
-    tp: int = 1,
-    weight_dtype: str = "bf16",
-    kv_dtype: str = "bf16",
-    efficiency: str | Mapping[str, Any] = EfficiencyMode.CALIBRATED,
-) -> Target:
-    """Resolve ids and inline specs; a 422 names the request field behind any impossibility."""
-    model_spec, model_id, model_version = resolve_model(cache, model)
-    gpu_spec, gpu_id, cached = resolve_gpu_spec(cache, gpu)
+def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
+    """Resolve ids and inline specs; a 422 names the request field behind any impossibility
+    (a tp the heads cannot take, a format the GPU cannot compute in)."""
+    model_spec, model_id, model_version = resolve_model(cache, query.model)
+    gpu_spec, gpu_id, cached = resolve_gpu_spec(cache, query.gpu)
     extras: dict[str, Any] = {}
     if cached is not None:
         extras = {
@@ -123,37 +178,21 @@ def resolve_target(
             "calibration_id": (cached.efficiency_fields or {}).get("calibration_id"),
             "expected_error_pct": cached.expected_error_pct,
         }
-
-    if isinstance(efficiency, Mapping):
-        mode = EfficiencyMode.CUSTOM
-        try:
-            chosen = efficiency_from_fields({"source": "given in the request", **efficiency})
-        except SpecError as error:
-            raise invalid_spec(error) from None
+    if isinstance(query.efficiency, Efficiency):
+        mode, chosen = EfficiencyMode.CUSTOM, query.efficiency
+    elif query.efficiency is EfficiencyMode.IDEAL:
+        mode, chosen = EfficiencyMode.IDEAL, IDEAL_EFFICIENCY
+    else:
+        mode, chosen = EfficiencyMode.CALIBRATED, gpu_spec.efficiency
+    if mode is not EfficiencyMode.CALIBRATED:  # the GPU's calibration played no part
         extras.pop("calibration_id", None)
         extras.pop("expected_error_pct", None)
-    else:
-        mode = EfficiencyMode(efficiency)
-        if mode is EfficiencyMode.IDEAL:
-            chosen = IDEAL_EFFICIENCY
-            extras.pop("calibration_id", None)
-            extras.pop("expected_error_pct", None)
-        else:
-            chosen = gpu_spec.efficiency
-
-    try:
-        deployment = Deployment(
-            tp=tp,
-            weight_dtype=storage_format("weight_dtype", weight_dtype),
-            kv_dtype=storage_format("kv_dtype", kv_dtype),
-        )
-        cost = StepCostModel(model_spec, gpu_spec, deployment, chosen)
-    except SpecError as error:
-        raise invalid_spec(error) from None
+    with spec_errors():
+        cost = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
     return Target(
         model=model_spec,
         gpu=gpu_spec,
-        deployment=deployment,
+        deployment=query.deployment,
         efficiency=chosen,
         efficiency_mode=mode,
         cost=cost,

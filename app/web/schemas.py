@@ -18,8 +18,10 @@ from pydantic import (
 )
 
 from app.db.pages import Page as ServicePage
+from app.engine.dtypes import STORAGE_DTYPES, DType
 
 __all__ = [
+    "BF16_FORMAT",
     "CATALOG_REF",
     "ENTRY_ID",
     "ID_PATTERN",
@@ -96,16 +98,14 @@ Lax = Strict(False)
 which JSON spells as strings and arrays. Every other field of a request is strict."""
 
 
-class StorageFormat(StrEnum):
-    """Formats weights and the KV cache can be stored in."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-    INT8 = "int8"
-    INT4 = "int4"
-    FP4 = "fp4"
-
+# The API's name for the engine's storage formats: derived, so a format the engine learns is one
+# the API takes. Requests convert it to the engine's `DType` at once.
+StorageFormat = StrEnum(  # type: ignore[misc]
+    "StorageFormat", [(dtype.name, dtype.value) for dtype in STORAGE_DTYPES]
+)
+StorageFormat.__doc__ = "Formats weights and the KV cache can be stored in."
+BF16_FORMAT = StorageFormat(DType.BF16.value)
+"""The default weight and KV format of requests."""
 
 Format = Annotated[StorageFormat, Lax]
 """A storage format in a request (`"bf16"`)."""

@@ -366,7 +366,7 @@ def test_a_trace_replays_time_scaled() -> None:
 
 
 def statuses(plan: CapacityPlan) -> dict[tuple[str, int, DType], CandidatePlan]:
-    return {(c.gpu_id, c.tp, c.weight_dtype): c for c in plan.candidates}
+    return {(c.gpu, c.tp, c.weight_dtype): c for c in plan.candidates}
 
 
 def test_infeasible_candidates_say_why() -> None:
@@ -481,7 +481,9 @@ def test_per_bucket_ttft_slos_are_checked_on_their_own_prompts() -> None:
     split = plan(TtftBucket(1000, 400))
     assert split.replicas == 2
     assert split.predicted is not None
-    (short_p99,) = split.predicted.ttft_p99_ms_by_bucket
+    (short,) = split.predicted.ttft_p99_ms_by_bucket
+    assert short.max_prompt_tokens == 1000
+    short_p99 = short.ttft_p99_ms
     assert short_p99 is not None and short_p99 <= 400
     # 300 ms: still missed at an eighth of the capacity, where blocking is rarer but still
     # above 1 %: unreachable without separating the long prompts.
@@ -572,10 +574,10 @@ def test_a_tighter_sla_never_gets_a_cheaper_plan() -> None:
     # Candidate by candidate too, wherever both SLAs planned it.
     for loose, tight in itertools.pairwise(plans):
         loose_replicas = {
-            (c.gpu_id, c.tp, c.weight_dtype): c.replicas for c in loose.candidates if c.feasible
+            (c.gpu, c.tp, c.weight_dtype): c.replicas for c in loose.candidates if c.feasible
         }
         for c in tight.candidates:
-            key = (c.gpu_id, c.tp, c.weight_dtype)
+            key = (c.gpu, c.tp, c.weight_dtype)
             if c.feasible and key in loose_replicas:
                 assert c.replicas >= loose_replicas[key]  # type: ignore[operator]
 
@@ -592,7 +594,7 @@ def test_doubling_the_traffic_never_lowers_the_replica_count() -> None:
             options,
         )
         replicas = {
-            (c.gpu_id, c.tp, c.weight_dtype): c.replicas
+            (c.gpu, c.tp, c.weight_dtype): c.replicas
             for c in plan.candidates
             if c.feasible and c.replicas is not None
         }

@@ -149,7 +149,7 @@ def plan_disaggregated(
             f"against ${aggregated_cost_per_hour_usd:.2f}/h aggregated"
         )
     plan = DisaggregatedPlan(
-        gpu_id=offer.id,
+        gpu=offer.id,
         tp=deployment.tp,
         weight_dtype=deployment.weight_dtype,
         kv_dtype=deployment.kv_dtype,

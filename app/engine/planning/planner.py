@@ -45,10 +45,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from app.engine.dtypes import BYTES_PER_ELEMENT, DType
 from app.engine.planning.disaggregated import plan_disaggregated
 from app.engine.planning.inputs import GpuOffer, PlanOptions, Slo, Traffic
 from app.engine.planning.probes import ProbeRunner, ProbeSample, StepBudget, build_sample
 from app.engine.planning.results import (
+    BucketLatency,
     CandidatePlan,
     CandidateStatus,
     CapacityPlan,
@@ -75,9 +77,20 @@ def _predicted(runner: ProbeRunner, requests_per_s: float) -> PredictedLatency:
         ttft_p99_ms=outcome.ttft_p99_ms,
         tpot_p50_ms=outcome.tpot_p50_ms,
         tpot_p99_ms=outcome.tpot_p99_ms,
-        ttft_p99_ms_by_bucket=outcome.ttft_p99_ms_by_bucket,
+        ttft_p99_ms_by_bucket=tuple(
+            BucketLatency(bucket.max_prompt_tokens, ms)
+            for bucket, ms in zip(
+                runner.slo.ttft_buckets, outcome.ttft_p99_ms_by_bucket, strict=True
+            )
+        ),
         saturated=outcome.saturated,
     )
+
+
+def _with_quantisation(candidate: CandidatePlan, checkpoint: DType) -> CandidatePlan:
+    """`candidate`, saying so when its weights are smaller than the model's checkpoint."""
+    smaller = BYTES_PER_ELEMENT[candidate.weight_dtype] < BYTES_PER_ELEMENT[checkpoint]
+    return replace(candidate, quantized_from=checkpoint) if smaller else candidate
 
 
 def _replicas_below(threshold: float, per_replica: float) -> int:
@@ -376,7 +389,9 @@ def plan_capacity(
     if options.disaggregated and not found:
         notes.append("no aggregated plan is feasible, so no disaggregated one was sized")
     return CapacityPlan(
-        candidates=(*planned, *pruned, *infeasible),
+        candidates=tuple(
+            _with_quantisation(c, model.checkpoint_dtype) for c in (*planned, *pruned, *infeasible)
+        ),
         demand_requests_per_s=demand,
         mean_prompt_tokens=sample.mean_prompt_tokens,
         mean_output_tokens=sample.mean_output_tokens,

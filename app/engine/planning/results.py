@@ -9,6 +9,7 @@ from enum import StrEnum
 from app.engine.dtypes import DType
 
 __all__ = [
+    "BucketLatency",
     "CandidatePlan",
     "CandidateStatus",
     "CapacityPlan",
@@ -35,6 +36,15 @@ class CandidateStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class BucketLatency:
+    """The p99 TTFT of the prompts up to `max_prompt_tokens` (above the previous bucket's);
+    None where the sample has none."""
+
+    max_prompt_tokens: int
+    ttft_p99_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class PredictedLatency:
     """The simulator's figures for one replica at its share of the traffic (no headroom)."""
 
@@ -43,7 +53,7 @@ class PredictedLatency:
     ttft_p99_ms: float
     tpot_p50_ms: float
     tpot_p99_ms: float
-    ttft_p99_ms_by_bucket: tuple[float | None, ...]
+    ttft_p99_ms_by_bucket: tuple[BucketLatency, ...]
     saturated: bool
 
 
@@ -55,7 +65,7 @@ class CandidatePlan:
     Rates are per replica, requests per second.
     """
 
-    gpu_id: str
+    gpu: str
     tp: int
     weight_dtype: DType
     kv_dtype: DType
@@ -82,6 +92,9 @@ class CandidatePlan:
     """The lowest rate known to miss them (probed, or the analytic bound)."""
     predicted: PredictedLatency | None = None
     simulations: int = 0
+    quantized_from: DType | None = None
+    """The model's checkpoint format when `weight_dtype` is smaller: a quantisation, which
+    changes output quality."""
 
     @property
     def feasible(self) -> bool:
@@ -97,7 +110,7 @@ class DisaggregatedPlan:
     cache from the prefill to the decode pool is not modelled.
     """
 
-    gpu_id: str
+    gpu: str
     tp: int
     weight_dtype: DType
     kv_dtype: DType

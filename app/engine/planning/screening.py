@@ -54,7 +54,7 @@ class Candidate:
 
     def result(self, status: CandidateStatus, reasons: Sequence[str]) -> CandidatePlan:
         return CandidatePlan(
-            gpu_id=self.offer.id,
+            gpu=self.offer.id,
             tp=self.deployment.tp,
             weight_dtype=self.deployment.weight_dtype,
             kv_dtype=self.deployment.kv_dtype,
@@ -105,7 +105,7 @@ def _infeasible(
     scheduler: SchedulerConfig | None = None,
 ) -> CandidatePlan:
     return CandidatePlan(
-        gpu_id=offer.id,
+        gpu=offer.id,
         tp=deployment.tp,
         weight_dtype=deployment.weight_dtype,
         kv_dtype=deployment.kv_dtype,

@@ -1,0 +1,55 @@
+"""A plan request as the planning service takes it: typed, frozen, built by the API schema."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from app.engine.dtypes import DType
+from app.engine.planning import (
+    DEFAULT_CHUNK_TOKENS,
+    DEFAULT_CONFIRM_REQUESTS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_PROBE_REQUESTS,
+    DEFAULT_TP_CANDIDATES,
+)
+from app.engine.specs import ModelSpec
+from app.simulations.service import LengthsQuery
+from app.targets.service import EfficiencyMode
+
+__all__ = ["MAX_TRAFFIC_REQUESTS_PER_S", "PlanQuery"]
+
+MAX_TRAFFIC_REQUESTS_PER_S = 1e7
+"""Most requests per second a plan is asked to carry (all replicas together)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanQuery:
+    """A plan request, as the service needs it (the API schema builds it)."""
+
+    model: str | ModelSpec
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    requests_per_s: float | None = None
+    prompt_tokens: LengthsQuery | None = None
+    output_tokens: LengthsQuery | None = None
+    trace_rows: Sequence[tuple[float, int, int]] | None = None
+    ttft_buckets: Sequence[tuple[int, float]] = ()
+    gpus: Sequence[str] | None = None
+    price_overrides: Mapping[str, float] = field(default_factory=dict)
+    tp_candidates: Sequence[int] = DEFAULT_TP_CANDIDATES
+    weight_dtypes: tuple[DType, ...] | None = None
+    """None: the model's own format only."""
+    kv_dtypes: tuple[DType, ...] | None = None
+    max_num_seqs: Sequence[int] = DEFAULT_MAX_NUM_SEQS
+    chunk_tokens: Sequence[int] = DEFAULT_CHUNK_TOKENS
+    headroom: float = 0.2
+    gpus_per_node: int = 8
+    efficiency: EfficiencyMode = EfficiencyMode.CALIBRATED
+    gpu_memory_utilization: float = 0.9
+    probe_requests: int = DEFAULT_PROBE_REQUESTS
+    confirm_requests: int = DEFAULT_CONFIRM_REQUESTS
+    seed: int = 0
+    max_plans: int = 3
+    exhaustive: bool = False
+    disaggregated: bool = False
