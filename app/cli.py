@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.catalog.loader import load_bundled_catalog
+from app.bundled import load_bundled_catalog
 from app.db.migrate import upgrade
 from app.db.session import make_engine, make_session_factory
 from app.settings import get_settings

@@ -12,14 +12,15 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app.bundled import load_bundled_catalog
 from app.catalog import endpoints as catalog
-from app.catalog.loader import load_bundled_catalog
 from app.catalog.spec_cache import SpecCache
 from app.db.session import DatabaseLimits, make_engine, make_session_factory
 from app.estimates import endpoints as estimates
 from app.logs import configure_logging
 from app.plans import endpoints as plans
 from app.runs import endpoints as runs
+from app.runs.validation import watch as watch_expected_errors
 from app.settings import Settings, get_settings
 from app.simulations import endpoints as simulations
 from app.web import health
@@ -82,7 +83,10 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         session_factory = make_session_factory(engine)
         app.state.engine = engine
         app.state.session_factory = session_factory
-        app.state.spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
+        spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
+        spec_cache.watch(session_factory)  # a committed catalog write drops its cached spec
+        watch_expected_errors(session_factory)  # and refreshes the GPU's expected error
+        app.state.spec_cache = spec_cache
         app.state.response_memo = ResponseMemo(settings.response_memo_entries)
         # Thread-pool work here is CPU-bound Python (ORM reads, plans): more threads than a few
         # only fight over the GIL. Starlette's default is 40.

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
-from app.catalog.loader import load_bundled_catalog
+from app.bundled import load_bundled_catalog
 from app.db.migrate import upgrade
 from app.db.session import make_engine, make_session_factory
 from app.db.tables import Base

@@ -1,5 +1,5 @@
-"""Loads the catalog that ships with Ridgeline (`app/catalog/data/*.json`) into the database,
-and the reference benchmark runs (`app/formats/reference/*.json`).
+"""Loads the catalog that ships with Ridgeline (`app/catalog/data/*.json`) into the database.
+(`app.bundled.load_bundled` loads it with the reference benchmark runs.)
 
 Idempotent, and polite: an entry a user created, edited or deleted is left as the user left it;
 a bundled entry nobody touched is brought up to the shipped figures. A reference run is stored
@@ -19,15 +19,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.catalog.service import LoadOutcome, gpu_entries, model_entries, upsert_bundled
-from app.formats.run_document import RunDocument
-from app.runs.service import upsert_bundled_run
 
-__all__ = ["bundled_gpus", "bundled_models", "bundled_runs", "load_bundled_catalog"]
+__all__ = ["bundled_gpus", "bundled_models", "load_catalog_entries"]
 
 _DATA = "app.catalog.data"
-_REFERENCE_RUNS = ("app.formats", "reference")
-_RUN_ID_PREFIX = "ref-"
-_MAX_ID_LENGTH = 64
 _BOOKKEEPING = ("id", "published_params_note")
 
 
@@ -53,32 +48,9 @@ def bundled_models() -> list[dict[str, Any]]:
     return models
 
 
-def bundled_runs() -> list[tuple[str, RunDocument, str]]:
-    """The reference runs, each as (stable id, document, content digest), by file name."""
-    package, folder = _REFERENCE_RUNS
-    runs = []
-    files = resources.files(package).joinpath(folder).iterdir()
-    for path in sorted(files, key=lambda p: p.name):
-        if not path.name.endswith(".json"):
-            continue
-        run_id = _RUN_ID_PREFIX + path.name.removesuffix(".json")
-        if len(run_id) > _MAX_ID_LENGTH:
-            raise ValueError(f"{path.name}: name too long for a run id ({run_id!r})")
-        text = path.read_text(encoding="utf-8")
-        document = RunDocument.model_validate_json(text)
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        runs.append((run_id, document, digest))
-    return runs
-
-
-def load_bundled_catalog(session: Session) -> dict[str, Counter[LoadOutcome]]:
-    """Upsert every bundled entry and reference run; returns how many of each kind had each
-    outcome."""
-    report: dict[str, Counter[LoadOutcome]] = {
-        "gpus": Counter(),
-        "models": Counter(),
-        "benchmark_runs": Counter(),
-    }
+def load_catalog_entries(session: Session) -> dict[str, Counter[LoadOutcome]]:
+    """Upsert every bundled GPU and model; returns how many of each kind had each outcome."""
+    report: dict[str, Counter[LoadOutcome]] = {"gpus": Counter(), "models": Counter()}
     for kind, entries, bundled in (
         ("gpus", gpu_entries(session), bundled_gpus()),
         ("models", model_entries(session), bundled_models()),
@@ -86,6 +58,4 @@ def load_bundled_catalog(session: Session) -> dict[str, Counter[LoadOutcome]]:
         for entry in bundled:
             fields = {k: v for k, v in entry.items() if k not in _BOOKKEEPING}
             report[kind][upsert_bundled(entries, entry["id"], fields, _digest(entry))] += 1
-    for run_id, document, digest in bundled_runs():
-        report["benchmark_runs"][upsert_bundled_run(session, run_id, document, digest)] += 1
     return report

@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from app.db.session import Base, UtcDateTime
 
-__all__ = ["CatalogEntry", "CatalogTombstone", "GpuRow", "ModelRow", "utcnow"]
+__all__ = ["CatalogEntry", "CatalogTombstone", "GpuExpectedError", "GpuRow", "ModelRow", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -86,6 +86,22 @@ class ModelRow(CatalogEntry):
             "published_params": self.published_params,
             "sources": self.sources,
         }
+
+
+class GpuExpectedError(Base):
+    """How far estimates on a GPU are to be trusted: by phase, the RMS of the validation error
+    of the stored benchmark runs of the GPU under its current figures and efficiency. Written
+    by the runs package whenever a run, a calibration or the GPU itself changes
+    (`app.runs.validation.refresh_expected_errors`); read by the spec cache. A table of its
+    own, so that keeping it current never bumps the GPU's version (its ETag)."""
+
+    __tablename__ = "gpu_expected_errors"
+
+    gpu_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("gpus.id", ondelete="CASCADE"), primary_key=True
+    )
+    expected_error_pct: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
+    computed_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
 
 
 class CatalogTombstone(Base):

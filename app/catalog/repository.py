@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 from sqlalchemy import ColumnElement, delete, func, select
 from sqlalchemy.orm import Session
 
-from app.catalog.orm import CatalogEntry, CatalogTombstone, GpuRow, ModelRow
+from app.catalog.orm import CatalogEntry, CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
 
 __all__ = ["CatalogRepository", "GpuRepository", "ModelRepository"]
 
@@ -26,6 +26,10 @@ class CatalogRepository(Generic[RowT]):
 
     def get(self, entry_id: str) -> RowT | None:
         return self.session.get(self.row_type, entry_id)
+
+    def all(self) -> Sequence[RowT]:
+        """Every entry, by id."""
+        return self.session.scalars(select(self.row_type).order_by(self.row_type.id)).all()
 
     def names(self) -> tuple[list[str], dict[str, str]]:
         """Every id, and every other name an entry answers to (`other_names`), lower-cased,
@@ -106,6 +110,18 @@ class GpuRepository(CatalogRepository[GpuRow]):
     def other_names(self, row: GpuRow) -> list[str]:
         """Device names (`aliases`), as nvidia-smi and the benchmark job report them."""
         return list(row.aliases or ())
+
+    def expected_error(self, gpu_id: str) -> dict[str, float]:
+        """The GPU's stored expected error by phase; empty when none is stored."""
+        row = self.session.get(GpuExpectedError, gpu_id)
+        return dict(row.expected_error_pct) if row is not None else {}
+
+    def set_expected_error(self, gpu_id: str, errors: dict[str, float]) -> None:
+        row = self.session.get(GpuExpectedError, gpu_id)
+        if row is None:
+            self.session.add(GpuExpectedError(gpu_id=gpu_id, expected_error_pct=errors))
+        elif row.expected_error_pct != errors:
+            row.expected_error_pct = errors
 
     def alias_owners(self) -> dict[str, str]:
         """Every alias in the catalog, mapped to the GPU id that claims it."""

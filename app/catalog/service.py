@@ -22,7 +22,7 @@ from app.catalog.repository import CatalogRepository, GpuRepository, ModelReposi
 from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.db.pages import Page
 from app.engine.params import count_params
-from app.engine.specs import GpuSpec, ModelSpec, SpecError
+from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import (
     AlreadyExists,
     Conflict,
@@ -32,16 +32,18 @@ from app.errors import (
     ModelNotFound,
     NotFound,
     PreconditionFailed,
-    invalid_spec,
+    spec_errors,
 )
 from app.formats.specs import spec_document
 
 __all__ = [
     "ANY_VERSION",
+    "CHANGES",
     "CatalogEntries",
     "LoadOutcome",
     "Precondition",
     "Validator",
+    "changes",
     "gpu_entries",
     "gpu_spec_of",
     "list_gpus",
@@ -86,9 +88,21 @@ Validator = Callable[[dict[str, Any]], dict[str, Any]]
 """Checks a whole entry document as the API would take it; returns the fields to store."""
 
 
+CHANGES = "catalog_changes"
+"""The `Session.info` key of the catalog entries a transaction wrote: (kind, id) pairs."""
+
+
 def record_change(session: Session, kind: str, entry_id: str) -> None:
-    """Note a write, so caches of this entry are dropped once the transaction commits."""
-    session.info.setdefault("catalog_changes", set()).add((kind, entry_id))
+    """Note a write of entry `entry_id` of `kind` (`gpu`, `model`), for what listens to commits:
+    the spec cache drops the entry after it (`SpecCache.watch`); the runs package recomputes a
+    GPU's expected error before it (`app.runs.validation.watch`)."""
+    session.info.setdefault(CHANGES, set()).add((kind, entry_id))
+
+
+def changes(session: Session) -> set[tuple[str, str]]:
+    """The catalog writes noted in the session's transaction so far."""
+    found: set[tuple[str, str]] = session.info.get(CHANGES, set())
+    return found
 
 
 def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,10 +297,8 @@ document)."""
 
 
 def _gpu_columns(fields: dict[str, Any], session: Session, entry_id: str) -> dict[str, Any]:
-    try:
+    with spec_errors():
         gpu_spec_from_fields(fields)
-    except SpecError as error:
-        raise invalid_spec(error) from None
     owners = GpuRepository(session).alias_owners()
     for alias in fields.get("aliases") or ():
         owner = owners.get(alias)
@@ -302,10 +314,8 @@ def _gpu_columns(fields: dict[str, Any], session: Session, entry_id: str) -> dic
 
 
 def _model_columns(fields: dict[str, Any], _session: Session, _entry_id: str) -> dict[str, Any]:
-    try:
+    with spec_errors():
         spec = model_spec_from_fields(fields)
-    except SpecError as error:
-        raise invalid_spec(error) from None
     params = count_params(spec)
     return {name: fields.get(name) for name in MODEL_FIELDS} | {
         "architecture": spec_document(spec),

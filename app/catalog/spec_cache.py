@@ -16,14 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.lookup import find_entry, nearest, shown
 from app.catalog.repository import GpuRepository, ModelRepository
-from app.catalog.service import gpu_spec_of, model_spec_of
-from app.engine.specs import GpuSpec, ModelSpec, SpecError
-from app.errors import InvalidInput, invalid_spec
-from app.runs.validation import expected_error_pct
+from app.catalog.service import CHANGES, gpu_spec_of, model_spec_of
+from app.engine.specs import GpuSpec, ModelSpec
+from app.errors import InvalidInput, spec_errors
 
 __all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
 
@@ -36,8 +36,8 @@ class CachedGpu:
     efficiency_fields: dict[str, Any] | None
     expected_error_pct: dict[str, float] = field(default_factory=dict)
     """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
-    of `error_pct` over its stored runs under its current efficiency
-    (`app.runs.validation.expected_error_pct`), computed when the entry is cached."""
+    of `error_pct` over its stored runs under its current efficiency, as stored when a run, a
+    calibration or the GPU last changed (`app.catalog.orm.GpuExpectedError`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +117,21 @@ class SpecCache:
             self._models, model_id, lambda session: _load_model(session, model_id, field)
         )
 
+    def watch(self, session_factory: sessionmaker[Session]) -> None:
+        """Drop the entries a committed transaction of `session_factory` wrote (noted with
+        `app.catalog.service.record_change`), the moment it commits; forget them when it
+        rolls back."""
+
+        def committed(session: Session) -> None:
+            for kind, entry_id in session.info.pop(CHANGES, ()):
+                self.invalidate(kind, entry_id)
+
+        def rolled_back(session: Session) -> None:
+            session.info.pop(CHANGES, None)
+
+        event.listen(session_factory, "after_commit", committed)
+        event.listen(session_factory, "after_rollback", rolled_back)
+
     def invalidate(self, kind: str, entry_id: str) -> None:
         """Drop the entry of `kind` (`gpu` or `model`) `entry_id`, under whatever name it was
         asked for (an alias, a repository): its next use reads it again."""
@@ -159,16 +174,14 @@ def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
     if row is None:
         hint = nearest(repository, gpu_id)
         raise InvalidInput.at(field, f"no GPU with id or device name {shown(gpu_id)}{hint}")
-    try:
+    with spec_errors(field):
         spec = gpu_spec_of(row)
-    except SpecError as error:
-        raise invalid_spec(error, field) from None
     return CachedGpu(
         spec,
         row.version,
         row.price_per_gpu_hour_usd,
         row.efficiency,
-        expected_error_pct(session, row.id, spec),
+        repository.expected_error(row.id),
     )
 
 
@@ -180,8 +193,6 @@ def _load_model(session: Session, model_id: str, field: str) -> CachedModel:
         raise InvalidInput.at(
             field, f"no model with id or Hugging Face repository {shown(model_id)}{hint}"
         )
-    try:
+    with spec_errors(field):
         spec = model_spec_of(row)
-    except SpecError as error:
-        raise invalid_spec(error, field) from None
     return CachedModel(spec, row.version, row.params_total, row.params_active)

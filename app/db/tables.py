@@ -1,7 +1,7 @@
 """Every table of the service, imported in one place so `Base.metadata` is complete wherever it
 is needed (Alembic's autogenerate, the tests' database reset)."""
 
-from app.catalog.orm import CatalogTombstone, GpuRow, ModelRow
+from app.catalog.orm import CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
 from app.db.session import Base
 from app.plans.repository import PlanRow
 from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
@@ -12,6 +12,7 @@ __all__ = [
     "BenchmarkRunRow",
     "CalibrationRow",
     "CatalogTombstone",
+    "GpuExpectedError",
     "GpuRow",
     "ModelRow",
     "PlanRow",

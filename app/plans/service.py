@@ -33,8 +33,8 @@ from app.engine.planning import (
     TtftBucket,
     plan_capacity,
 )
-from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec, SpecError
-from app.errors import InvalidInput, PlanNotFound, invalid_spec
+from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
+from app.errors import InvalidInput, PlanNotFound, spec_errors
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRepository, PlanRow
 from app.plans.schemas import CandidateRead, DisaggregatedRead
@@ -110,7 +110,7 @@ def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType
 
 def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
     context = model.max_context_tokens
-    try:
+    with spec_errors():
         if query.trace_rows is not None:
             trace = trace_from_rows(query.trace_rows, "traffic.trace")
             check_trace_lengths(trace, context, "traffic.trace")
@@ -141,8 +141,6 @@ def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
                 query.output_tokens, "traffic.output_tokens", context
             ),
         )
-    except SpecError as error:
-        raise invalid_spec(error) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +171,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
     the field when something cannot be planned."""
     model, model_id, model_version = resolve_model(cache, query.model)
     offers, gpu_versions = _offers(session, cache, query)
-    try:
+    with spec_errors():
         slo = Slo(
             ttft_p99_ms=query.ttft_p99_ms,
             tpot_p99_ms=query.tpot_p99_ms,
@@ -195,8 +193,6 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
             disaggregated=query.disaggregated,
         )
         traffic = _traffic(query, model)
-    except SpecError as error:
-        raise invalid_spec(error) from None
     versions = {
         "gpus": gpu_versions,
         "models": {model_id: model_version} if model_version is not None else {},
@@ -207,10 +203,8 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
 def compute_plan(job: PlanJob) -> ComputedPlan:
     """Plan a prepared job (in a heavy-work process; pure computation)."""
     start = time.perf_counter()
-    try:
+    with spec_errors():
         plan = plan_capacity(job.model, job.offers, job.traffic, job.slo, job.options)
-    except SpecError as error:
-        raise invalid_spec(error) from None
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
         document=_document(plan, elapsed_ms),

@@ -17,12 +17,14 @@ deviation of the error when the bias is small).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.orm import Session
+from sqlalchemy import event
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.repository import GpuRepository
+from app.catalog.service import changes, gpu_spec_of
 from app.engine.specs import Efficiency, GpuSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.errors import InvalidInput
@@ -45,7 +47,9 @@ __all__ = [
     "compare_points",
     "expected_error_pct",
     "phase_summaries",
+    "refresh_expected_errors",
     "validate_run",
+    "watch",
 ]
 
 
@@ -176,3 +180,31 @@ def expected_error_pct(session: Session, gpu_id: str, gpu_spec: GpuSpec) -> dict
         for point in points:
             errors.setdefault(point.phase, []).append(point.error_pct)
     return {phase: _rms(values) for phase, values in errors.items()}
+
+
+def refresh_expected_errors(session: Session, gpu_ids: Iterable[str]) -> None:
+    """Recompute and store the expected error of these GPUs (`expected_error_pct`, kept in
+    `app.catalog.orm.GpuExpectedError`), each under its current figures and efficiency."""
+    repository = GpuRepository(session)
+    for gpu_id in sorted(set(gpu_ids)):
+        row = repository.get(gpu_id)
+        if row is None:
+            continue
+        try:
+            spec = gpu_spec_of(row)
+        except SpecError:
+            continue  # figures the engine refuses are refused at write time; nothing to trust
+        repository.set_expected_error(gpu_id, expected_error_pct(session, gpu_id, spec))
+
+
+def watch(session_factory: sessionmaker[Session]) -> None:
+    """Before a transaction of `session_factory` commits, recompute the expected error of every
+    GPU it wrote (a run upload and a calibration note their GPU as written, so do catalog writes
+    of it): the stored figure never lags the runs and figures it comes from."""
+
+    def before_commit(session: Session) -> None:
+        gpus = [entry_id for kind, entry_id in changes(session) if kind == "gpu"]
+        if gpus:
+            refresh_expected_errors(session, gpus)
+
+    event.listen(session_factory, "before_commit", before_commit)

@@ -180,7 +180,7 @@ def kv_capacity_tokens(
     block_tokens: int,
 ) -> int:
     """The KV pool of one replica, in whole blocks of tokens; 422 when nothing is left."""
-    try:
+    with spec_errors():
         plan = memory_plan(
             target.model,
             target.gpu,
@@ -189,8 +189,6 @@ def kv_capacity_tokens(
             max_num_batched_tokens=scheduler.max_num_batched_tokens,
             max_num_seqs=scheduler.max_num_seqs,
         )
-    except SpecError as error:
-        raise invalid_spec(error) from None
     tokens = pool_tokens(plan, block_tokens)
     if tokens < block_tokens:
         raise InvalidInput.at(
@@ -287,10 +285,8 @@ def prepare_simulation(
             ).trace(query.seed)
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
-    try:
+    with spec_errors():
         steps = expected_steps(trace, target.cost, config)
-    except SpecError as error:
-        raise invalid_spec(error) from None
     if steps > budget.max_steps:
         raise InvalidInput.at(
             work_field,

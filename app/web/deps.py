@@ -191,13 +191,12 @@ async def write_in_session(
 ) -> T:
     """Run `write` in a transaction of its own, commit it, and `present` what it returned: all
     in one thread-pool hop, so no transaction (and no row lock) is ever held open while the
-    request waits for a thread. Rolled back when `write` raises.
+    request waits for a thread. Rolled back when `write` raises. (What listens to commits, the
+    spec cache among them, is registered on the session factory.)
 
-    Cached specs of the catalog entries a committed write touched are dropped at once. A write
-    that SQLite refuses because another writer holds the database past its busy timeout is
-    retried from the start (the transaction was rolled back, nothing of it stands) a few times
-    with backoff; then it is a 503 `busy` (`app.web.problems`)."""
-    cache: SpecCache = request.app.state.spec_cache
+    A write that SQLite refuses because another writer holds the database past its busy timeout
+    is retried from the start (the transaction was rolled back, nothing of it stands) a few
+    times with backoff; then it is a 503 `busy` (`app.web.problems`)."""
     factory = request.app.state.session_factory
 
     def run() -> T:
@@ -210,14 +209,11 @@ async def write_in_session(
                     except BaseException:
                         session.rollback()
                         raise
-                    changes = session.info.pop("catalog_changes", ())
             except OperationalError as error:
                 if attempt + 1 >= _BUSY_ATTEMPTS or not is_sqlite_busy(error):
                     raise
                 time.sleep(_BUSY_BACKOFF_S * 2**attempt)
                 continue
-            for kind, entry_id in changes:
-                cache.invalidate(kind, entry_id)
             return present(result)
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.catalog.loader import load_bundled_catalog
+from app.bundled import load_bundled_catalog
 from app.catalog.service import LoadOutcome
 from app.catalog.spec_cache import SpecCache
 from app.db.session import make_engine, make_session_factory
@@ -326,6 +326,19 @@ def test_an_upload_drops_the_gpus_cached_spec(client: TestClient) -> None:
     report = client.get(f"/v1/benchmark-runs/{run['id']}/validation").json()
     (decode,) = report["phases"]
     assert after["decode"] == pytest.approx(decode["rms_error_pct"], rel=1e-12)
+
+
+def test_a_gpu_write_refreshes_its_stored_expected_error(client: TestClient) -> None:
+    """The expected error is stored, not recomputed from every run when the cache fills: a
+    write of the GPU's efficiency recomputes it before the write commits (halving the memory
+    efficiency moves the reference run's prefill residuals, so their RMS)."""
+    cache = _spec_cache(client)
+    before = cache.gpu("a100-sxm4-80gb").expected_error_pct["prefill"]
+    gpu = client.get("/v1/gpus/a100-sxm4-80gb").json()
+    slower = dict(gpu["efficiency"], gemm=gpu["efficiency"]["gemm"] / 2)
+    assert client.patch("/v1/gpus/a100-sxm4-80gb", json={"efficiency": slower}, headers=AUTH)
+    after = cache.gpu("a100-sxm4-80gb").expected_error_pct["prefill"]
+    assert after > 2 * before  # compute-bound prefill: twice the time, errors near +100 %
 
 
 # the bundled reference runs

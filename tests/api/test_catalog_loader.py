@@ -6,7 +6,8 @@ from collections import Counter
 
 from fastapi.testclient import TestClient
 
-from app.catalog.loader import bundled_gpus, bundled_models, load_bundled_catalog
+from app.bundled import load_bundled_catalog
+from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.service import LoadOutcome
 from app.db.session import make_engine, make_session_factory
 from app.settings import Settings
