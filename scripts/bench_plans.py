@@ -35,7 +35,7 @@ from app.engine.planning import (
     Traffic,
     plan_capacity,
 )
-from app.engine.simulator import SchedulerConfig, kv_capacity_tokens, simulate
+from app.engine.simulation import SchedulerConfig, kv_capacity_tokens, simulate
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
-from app.engine.simulator import SchedulerConfig, SimulationResult, simulate
+from app.engine.simulation import SchedulerConfig, SimulationResult, simulate
 from app.engine.specs import (
     Deployment,
     GpuSpec,

@@ -129,16 +129,9 @@ def _chunked_loads(
     """(first full chunk, per-chunk increment, number of full chunks, remainder chunk), each
     beside `decode`, whose contexts grow by one token per step."""
     full, rest = divmod(new_tokens, chunk_tokens)
-    seqs, context = decode.decode_seqs, decode.decode_context_tokens
-    first = StepLoad(
-        prefill_tokens=batch_size * chunk_tokens + decode.prefill_tokens,
-        prefill_chunks=batch_size + decode.prefill_chunks,
-        prefill_attention_pairs=batch_size
-        * pairs_for_chunk(chunk_tokens, cached_tokens, causal=causal)
-        + decode.prefill_attention_pairs,
-        prefill_kv_tokens=batch_size * (cached_tokens + chunk_tokens) + decode.prefill_kv_tokens,
-        decode_seqs=seqs,
-        decode_context_tokens=context,
+    seqs = decode.decode_seqs
+    first = decode + prefill_load(
+        chunk_tokens, batch_size=batch_size, cached_tokens=cached_tokens, causal=causal
     )
     # Each later chunk sits chunk_tokens deeper: chunk^2 more pairs, chunk more KV tokens.
     step = StepLoad(
@@ -149,13 +142,12 @@ def _chunked_loads(
     remainder = None
     if rest:
         cached = cached_tokens + full * chunk_tokens
-        remainder = StepLoad(
-            prefill_tokens=batch_size * rest,
-            prefill_chunks=batch_size,
-            prefill_attention_pairs=batch_size * pairs_for_chunk(rest, cached, causal=causal),
-            prefill_kv_tokens=batch_size * (cached + rest),
-            decode_seqs=seqs,
-            decode_context_tokens=context + full * seqs,
+        # The decodes, `full` steps on: each context `full` tokens longer.
+        later = StepLoad(
+            decode_seqs=seqs, decode_context_tokens=decode.decode_context_tokens + full * seqs
+        )
+        remainder = later + prefill_load(
+            rest, batch_size=batch_size, cached_tokens=cached, causal=causal
         )
     return first, step, full, remainder
 
@@ -175,17 +167,11 @@ def prefill_seconds(
     new = prompt_tokens - cached_prefix_tokens
     decode = decode or StepLoad()
     if chunk_tokens is None or chunk_tokens >= new:
-        # One step: the whole prompt (`prefill_load`) beside the decodes.
-        pairs = pairs_for_chunk(new, cached_prefix_tokens, causal=causal)
-        seconds = cost.step_seconds(
-            batch_size * new + decode.prefill_tokens,
-            batch_size + decode.prefill_chunks,
-            batch_size * pairs + decode.prefill_attention_pairs,
-            batch_size * (cached_prefix_tokens + new) + decode.prefill_kv_tokens,
-            decode.decode_seqs,
-            decode.decode_context_tokens,
+        # One step: the whole prompt beside the decodes.
+        whole = prefill_load(
+            new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
         )
-        return seconds, 1
+        return cost.seconds(decode + whole), 1
     first, step, full, remainder = _chunked_loads(
         new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=decode
     )
@@ -338,7 +324,7 @@ def prefill_curve(
             cost, n, batch_size=batch_size, chunk_tokens=chunk_tokens, causal=causal
         )
         # Shares from the per-GPU coefficients: linear per token, attention per pair, LM head.
-        attention = c.attention_flops_per_pair * (n * (n + 1) / 2 if causal else n * n)
+        attention = c.attention_flops_per_pair * pairs_for_chunk(n, 0, causal=causal)
         total = attention + c.linear_flops_per_token * n + c.lm_head_flops_per_sequence
         ratio = slope = None
         if previous is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.engine.counting import pairs_for_chunk
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType, compute_dtype_for
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
@@ -98,7 +99,7 @@ def prefill_attention_intensity(
     causal halves (about) the FLOPs and keeps the bytes.
     """
     n, group = float(prompt_tokens), float(model.group_size)
-    pairs = n * (n + 1.0) / 2.0 if causal else n * n
+    pairs = pairs_for_chunk(prompt_tokens, 0, causal=causal)
     # Per KV head: 4*G*h FLOPs per pair; Q and O G*n*h each, K and V n*h each (article C).
     flops = 4.0 * group * pairs
     elements = 2.0 * group * n + 2.0 * n

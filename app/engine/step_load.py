@@ -34,3 +34,14 @@ class StepLoad:
     def tokens(self) -> int:
         """Rows through the linear layers."""
         return self.prefill_tokens + self.decode_seqs
+
+    def __add__(self, other: StepLoad) -> StepLoad:
+        """The two loads in one step (a prefill chunk beside the running decodes)."""
+        return StepLoad(
+            prefill_tokens=self.prefill_tokens + other.prefill_tokens,
+            prefill_chunks=self.prefill_chunks + other.prefill_chunks,
+            prefill_attention_pairs=self.prefill_attention_pairs + other.prefill_attention_pairs,
+            prefill_kv_tokens=self.prefill_kv_tokens + other.prefill_kv_tokens,
+            decode_seqs=self.decode_seqs + other.decode_seqs,
+            decode_context_tokens=self.decode_context_tokens + other.decode_context_tokens,
+        )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.engine.simulator import SchedulerConfig
+from app.engine.simulation import SchedulerConfig
 from app.errors import spec_errors
 from app.simulations.service import (
     MAX_ARRIVAL_S,

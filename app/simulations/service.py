@@ -1,7 +1,7 @@
 """Serving simulations: one replica of a model on a GPU serving a Poisson workload or a trace.
 
 Resolves the target (catalog ids or inline specs), sizes the KV cache from the memory plan at the
-scheduler's settings, builds the trace and runs `app.engine.simulator.simulate`. Stores nothing.
+scheduler's settings, builds the trace and runs `app.engine.simulation.simulate`. Stores nothing.
 Also home of the request-to-engine mappings the planner shares: length distributions and traces.
 
 The work one simulation may demand is bounded: at most `MAX_SIMULATED_STEPS` forward steps
@@ -18,14 +18,14 @@ from typing import Any
 
 from app.catalog.spec_cache import SpecCache
 from app.engine.memory import memory_plan
-from app.engine.simulator import (
+from app.engine.simulation import (
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,
     expected_steps,
     simulate,
 )
-from app.engine.simulator import (
+from app.engine.simulation import (
     kv_capacity_tokens as pool_tokens,
 )
 from app.engine.specs import SpecError

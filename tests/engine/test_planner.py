@@ -34,7 +34,7 @@ from app.engine.planning import (
 from app.engine.planning.analysis import LoadStats, capacity_bound, lone_prefill_seconds
 from app.engine.planning.planner import _replicas_below
 from app.engine.planning.probes import build_sample
-from app.engine.simulator import SchedulerConfig, StepTimer, simulate
+from app.engine.simulation import SchedulerConfig, StepTimer, simulate
 from app.engine.specs import (
     Deployment,
     Efficiency,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.engine.memory import MemoryPlan
-from app.engine.simulator import (
+from app.engine.simulation import (
     QUEUE_SAMPLES,
     SchedulerConfig,
     SimulationResult,

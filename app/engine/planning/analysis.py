@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.engine.counting import OpClass
+from app.engine.counting import OpClass, pairs_for_chunk
 from app.engine.estimates import prefill_seconds
 from app.engine.planning.probes import ProbeSample
-from app.engine.simulator import StepTimer
+from app.engine.simulation import StepTimer
 from app.engine.step_cost import StepCostModel, decode_load
 from app.engine.step_load import StepLoad
 
@@ -44,8 +44,10 @@ class LoadStats:
         return cls(
             prompt_tokens=float(p.mean()),
             decode_tokens=float((t - 1).mean()),
-            # Chunks of q after c cached: sum of q*c + q(q+1)/2 over the chunks is P(P+1)/2.
-            prefill_pairs=float((p * (p + 1) / 2).mean()),
+            # However a prompt is chunked, its chunks' pairs add up to one chunk of all of it.
+            prefill_pairs=float(
+                np.mean([pairs_for_chunk(int(n), 0, causal=True) for n in sample.prompt_tokens])
+            ),
             # Decode step i (1..T-1) attends over P + i tokens.
             decode_context_tokens=float(((t - 1) * p + t * (t - 1) / 2).mean()),
         )

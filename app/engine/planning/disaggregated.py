@@ -24,7 +24,7 @@ from app.engine.planning.inputs import GpuOffer, Slo
 from app.engine.planning.probes import ProbeRunner, ProbeSample, StepBudget
 from app.engine.planning.results import DisaggregatedPlan, usd_per_million_output_tokens
 from app.engine.planning.search import LOW_LOAD_FRACTION, search_replicas
-from app.engine.simulator import SchedulerConfig, StepTimer
+from app.engine.simulation import SchedulerConfig, StepTimer
 from app.engine.specs import Deployment
 from app.engine.step_load import StepLoad
 from app.engine.units import MS_PER_S

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from app.engine import memory
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
-from app.engine.simulator import StepTimer
+from app.engine.simulation import StepTimer
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import LengthDistribution, Trace

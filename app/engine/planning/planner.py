@@ -59,7 +59,7 @@ from app.engine.planning.results import (
 )
 from app.engine.planning.screening import Candidate, finite, screen
 from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate, search_replicas
-from app.engine.simulator import expected_steps
+from app.engine.simulation import expected_steps
 from app.engine.specs import ModelSpec, SpecError
 
 __all__ = ["plan_capacity"]

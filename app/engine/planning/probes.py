@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.engine.planning.inputs import Slo, Traffic
-from app.engine.simulator import (
+from app.engine.simulation import (
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,

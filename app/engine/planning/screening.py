@@ -22,7 +22,7 @@ from app.engine.planning.analysis import (
 from app.engine.planning.inputs import MAX_CANDIDATES, GpuOffer, PlanOptions, Slo
 from app.engine.planning.probes import ProbeSample
 from app.engine.planning.results import CandidatePlan, CandidateStatus
-from app.engine.simulator import SchedulerConfig, StepTimer, kv_capacity_tokens
+from app.engine.simulation import SchedulerConfig, StepTimer, kv_capacity_tokens
 from app.engine.specs import Deployment, ModelSpec, SpecError
 from app.engine.units import GB, MS_PER_S
 

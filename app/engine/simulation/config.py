@@ -1,0 +1,86 @@
+"""What a run is configured with: the step timer, the scheduler's knobs, the KV pool, and the
+error of a run that would take too many steps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from app.engine.memory import MemoryPlan
+from app.engine.specs import SpecError
+from app.engine.step_load import StepLoad
+
+__all__ = [
+    "SchedulerConfig",
+    "SimulationTooLong",
+    "StepTimer",
+    "UnchunkedPolicy",
+    "kv_capacity_tokens",
+]
+
+
+class StepTimer(Protocol):
+    """How long one forward step takes; `StepCostModel` is one, a linear formula another."""
+
+    def seconds(self, load: StepLoad) -> float:
+        """Wall-clock seconds of a step doing `load`; positive."""
+        ...
+
+
+class SimulationTooLong(SpecError):
+    """A run needs more forward steps than `max_steps` allows (`field` is "max_steps")."""
+
+    def __init__(self, max_steps: int, message: str) -> None:
+        super().__init__("max_steps", message)
+        self.max_steps = max_steps
+
+
+def kv_capacity_tokens(memory: MemoryPlan, block_tokens: int) -> int:
+    """The KV pool of `memory` (one GPU of the replica) in whole blocks of `block_tokens`, as
+    tokens: what `simulate` takes as `kv_capacity_tokens`. 0 when no block fits."""
+    if block_tokens < 1:
+        raise SpecError("block_tokens", f"must be at least 1, got {block_tokens}")
+    tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
+    return tokens // block_tokens * block_tokens
+
+
+class UnchunkedPolicy(StrEnum):
+    PREFILL_FIRST = "prefill_first"  # vLLM v0: prefill-only steps, running decodes stall
+    MIXED = "mixed"  # vLLM v1 without chunking: decodes and whole prompts share a step
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """The engine's scheduler knobs, named as vLLM names them (see the module docstring).
+
+    `long_prefill_token_threshold` caps the prefill chunk one request gets per step (0: no cap,
+    vLLM's default); it applies with chunked prefill only.
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    unchunked_policy: UnchunkedPolicy = UnchunkedPolicy.PREFILL_FIRST
+    long_prefill_token_threshold: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise SpecError(
+                "scheduler.max_num_seqs", f"must be at least 1, got {self.max_num_seqs}"
+            )
+        if self.max_num_batched_tokens < 1:
+            raise SpecError(
+                "scheduler.max_num_batched_tokens",
+                f"must be at least 1, got {self.max_num_batched_tokens}",
+            )
+        if self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this too: a full batch of decodes would leave no budget for prefill.
+            raise SpecError(
+                "scheduler.max_num_batched_tokens",
+                f"{self.max_num_batched_tokens} is below max_num_seqs {self.max_num_seqs}; with "
+                "chunked prefill every running decode takes one token of the budget",
+            )
+        if self.long_prefill_token_threshold < 0:
+            raise SpecError("scheduler.long_prefill_token_threshold", "must not be negative")
