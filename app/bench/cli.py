@@ -335,6 +335,13 @@ def run(
     write_document(outcome.document, out)
     _say(format_summary(outcome.document))
     _say(f"wrote {out}")
+    return _settle(outcome, out, options, http_client)
+
+
+def _settle(
+    outcome: BenchOutcome, out: Path, options: BenchOptions, http_client: httpx.Client | None
+) -> int:
+    """Say how the run ended, upload it when it is whole and asked for; the exit status."""
     if outcome.interrupted:
         _say("interrupted: the points not measured are marked so; nothing uploaded")
         return EXIT_INTERRUPTED

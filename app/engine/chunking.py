@@ -93,21 +93,10 @@ def _last_within(
     bisection needs log2(limit). Runs of probes that do not halve the bracket fall back to
     bisection, which bounds the worst case.
     """
-    hi = limit if guess is None else max(1, min(limit, guess))
-    hi_s = seconds(hi)
-    if hi_s <= budget_s:
-        if hi == limit:
-            return limit
-        lo, lo_s = hi, hi_s
-        hi, hi_s = limit, seconds(limit)
-        if hi_s <= budget_s:
-            return limit
-    else:
-        if hi == 1:
-            return 0
-        lo, lo_s = 1, seconds(1)
-        if lo_s > budget_s:
-            return 0
+    bracket = _bracket(limit, seconds, budget_s, guess)
+    if isinstance(bracket, int):
+        return bracket
+    lo, lo_s, hi, hi_s = bracket
     # Interpolation weights: the distance to the budget, halved at an end kept twice running.
     below, above = lo_s - budget_s, hi_s - budget_s
     kept_lo = kept_hi = slow = 0
@@ -121,21 +110,60 @@ def _last_within(
         middle_s = seconds(middle)
         if middle_s <= budget_s:
             lo, below = middle, middle_s - budget_s
-            kept_hi += 1
-            kept_lo = 0
-            if kept_hi > 1:
-                above /= 2
+            kept_hi, kept_lo = kept_hi + 1, 0
+            above = above / 2 if kept_hi > 1 else above
         else:
             hi, above = middle, middle_s - budget_s
-            kept_lo += 1
-            kept_hi = 0
-            if kept_lo > 1:
-                below /= 2
+            kept_lo, kept_hi = kept_lo + 1, 0
+            below = below / 2 if kept_lo > 1 else below
         slow = slow + 1 if 2 * (hi - lo) > width else 0
     return lo
 
 
+def _bracket(
+    limit: int, seconds: Callable[[int], float], budget_s: float, guess: int | None
+) -> int | tuple[int, float, int, float]:
+    """The answer of `_last_within` when an end decides it (0 or `limit`), else a bracket
+    (lo, seconds(lo), hi, seconds(hi)) with seconds(lo) <= budget_s < seconds(hi)."""
+    hi = limit if guess is None else max(1, min(limit, guess))
+    hi_s = seconds(hi)
+    if hi_s <= budget_s:
+        if hi == limit:
+            return limit
+        lo, lo_s = hi, hi_s
+        hi, hi_s = limit, seconds(limit)
+        return limit if hi_s <= budget_s else (lo, lo_s, hi, hi_s)
+    if hi == 1:
+        return 0
+    lo_s = seconds(1)
+    return 0 if lo_s > budget_s else (1, lo_s, hi, hi_s)
+
+
 DEFAULT_LONG_PROMPT_TOKENS = 32768  # the issue's default long prompt
+
+
+def _check(
+    limit: int,
+    *,
+    itl_slo_ms: float,
+    short_ttft_slo_ms: float | None,
+    decode_batch_size: int,
+    decode_context_tokens: int,
+    long_prompt_tokens: int,
+) -> None:
+    """`SpecError` naming the first impossible input of `recommend_chunk_size`."""
+    if itl_slo_ms <= 0:
+        raise SpecError("itl_slo_ms", f"must be positive, got {itl_slo_ms}")
+    if short_ttft_slo_ms is not None and short_ttft_slo_ms <= 0:
+        raise SpecError("short_ttft_slo_ms", f"must be positive, got {short_ttft_slo_ms}")
+    if decode_batch_size < 0:
+        raise SpecError("decode_batch_size", f"must not be negative, got {decode_batch_size}")
+    if decode_batch_size > 0 and decode_context_tokens <= 0:
+        raise SpecError("decode_context_tokens", "must be positive when decodes are running")
+    if decode_context_tokens > limit:
+        raise SpecError("decode_context_tokens", f"exceeds the model's {limit}-token context")
+    if not 0 < long_prompt_tokens <= limit:
+        raise SpecError("long_prompt_tokens", f"must be in [1, {limit}], got {long_prompt_tokens}")
 
 
 def recommend_chunk_size(
@@ -151,22 +179,17 @@ def recommend_chunk_size(
 
     `long_prompt_tokens` defaults to 32,768 or the model's context, whichever is shorter.
     """
-    model = cost.model
-    limit = model.max_context_tokens
+    limit = cost.model.max_context_tokens
     if long_prompt_tokens is None:
         long_prompt_tokens = min(DEFAULT_LONG_PROMPT_TOKENS, limit)
-    if itl_slo_ms <= 0:
-        raise SpecError("itl_slo_ms", f"must be positive, got {itl_slo_ms}")
-    if short_ttft_slo_ms is not None and short_ttft_slo_ms <= 0:
-        raise SpecError("short_ttft_slo_ms", f"must be positive, got {short_ttft_slo_ms}")
-    if decode_batch_size < 0:
-        raise SpecError("decode_batch_size", f"must not be negative, got {decode_batch_size}")
-    if decode_batch_size > 0 and decode_context_tokens <= 0:
-        raise SpecError("decode_context_tokens", "must be positive when decodes are running")
-    if decode_context_tokens > limit:
-        raise SpecError("decode_context_tokens", f"exceeds the model's {limit}-token context")
-    if not 0 < long_prompt_tokens <= limit:
-        raise SpecError("long_prompt_tokens", f"must be in [1, {limit}], got {long_prompt_tokens}")
+    _check(
+        limit,
+        itl_slo_ms=itl_slo_ms,
+        short_ttft_slo_ms=short_ttft_slo_ms,
+        decode_batch_size=decode_batch_size,
+        decode_context_tokens=decode_context_tokens,
+        long_prompt_tokens=long_prompt_tokens,
+    )
     decode = (
         decode_load(decode_batch_size, decode_context_tokens) if decode_batch_size else StepLoad()
     )

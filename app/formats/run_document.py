@@ -136,6 +136,11 @@ class RunPoint(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        self._check_lengths()
+        self._check_times()
+        return self
+
+    def _check_lengths(self) -> None:
         if self.phase is Phase.PREFILL:
             if self.prompt_tokens is None:
                 raise ValueError("prompt_tokens: required for a prefill point")
@@ -146,6 +151,8 @@ class RunPoint(BaseModel):
                 raise ValueError("context_tokens: required for a decode point")
             if self.prompt_tokens is not None:
                 raise ValueError("prompt_tokens: must be null for a decode point")
+
+    def _check_times(self) -> None:
         times = {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms}
         if self.skipped is not None:
             for name, value in times.items():
@@ -153,7 +160,7 @@ class RunPoint(BaseModel):
                     raise ValueError(f"{name}: must be null for a skipped point")
             if self.repeats != 0:
                 raise ValueError(f"repeats: must be 0 for a skipped point, got {self.repeats}")
-            return self
+            return
         p10_ms, median_ms, p90_ms = self.p10_ms, self.median_ms, self.p90_ms
         if p10_ms is None or median_ms is None or p90_ms is None:
             missing = ", ".join(name for name, value in times.items() if value is None)
@@ -164,7 +171,6 @@ class RunPoint(BaseModel):
             raise ValueError(f"p10_ms: {p10_ms} exceeds median_ms {median_ms}")
         if median_ms > p90_ms:
             raise ValueError(f"p90_ms: {p90_ms} is below median_ms {median_ms}")
-        return self
 
     @property
     def tokens(self) -> int:

@@ -197,19 +197,16 @@ class PlanOptions:
             raise SpecError("weight_dtypes", "needs at least one format")
         if not (self.headroom >= 0 and math.isfinite(self.headroom)):
             raise SpecError("headroom", f"must not be negative, got {self.headroom}")
-        if self.gpus_per_node < 1:
-            raise SpecError("gpus_per_node", f"must be at least 1, got {self.gpus_per_node}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise SpecError("gpu_memory_utilization", "must be in (0, 1]")
-        if self.block_tokens < 1:
-            raise SpecError("block_tokens", "must be at least 1")
-        if self.probe_requests < 100:
-            raise SpecError("probe_requests", f"must be at least 100, got {self.probe_requests}")
-        if self.confirm_requests < 0:
-            raise SpecError("confirm_requests", "must not be negative")
-        if self.seed < 0:
-            raise SpecError("seed", "must not be negative")
-        if self.max_plans < 1:
-            raise SpecError("max_plans", "must be at least 1")
-        if self.max_simulated_steps < 1:
-            raise SpecError("max_simulated_steps", "must be at least 1")
+        for name, value, least in (
+            ("gpus_per_node", self.gpus_per_node, 1),
+            ("block_tokens", self.block_tokens, 1),
+            ("probe_requests", self.probe_requests, 100),
+            ("confirm_requests", self.confirm_requests, 0),
+            ("seed", self.seed, 0),
+            ("max_plans", self.max_plans, 1),
+            ("max_simulated_steps", self.max_simulated_steps, 1),
+        ):
+            if value < least:
+                raise SpecError(name, f"must be at least {least}, got {value}")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -197,6 +197,29 @@ def _check_budget(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every candidate's search shares."""
+
+    sample: ProbeSample
+    confirm_sample: ProbeSample | None
+    traffic: Traffic
+    slo: Slo
+    options: PlanOptions
+    demand: float
+    budget: StepBudget
+
+
+@dataclass(slots=True)
+class _Outcomes:
+    """The verdicts so far, and the simulations spent on them."""
+
+    found: list[_Found] = field(default_factory=list)
+    pruned: list[CandidatePlan] = field(default_factory=list)
+    infeasible: list[CandidatePlan] = field(default_factory=list)
+    simulations: int = 0
+
+
 def plan_capacity(
     model: ModelSpec,
     offers: Sequence[GpuOffer],
@@ -221,98 +244,141 @@ def plan_capacity(
     demand = traffic.requests_per_s * (1 + options.headroom)
     live, infeasible = screen(model, offers, sample, slo, options, demand=demand)
     live.sort(key=lambda c: (c.cost_bound, -c.capacity_rps, c.order))
-    keep = options.max_plans
+    _check_budget(live, sample, demand, options.max_plans, options)
     budget = StepBudget(options.max_simulated_steps)
-    _check_budget(live, sample, demand, keep, options)
-
-    found: list[_Found] = []
-    pruned: list[CandidatePlan] = []
-    simulations = 0
+    context = _Context(sample, confirm_sample, traffic, slo, options, demand, budget)
+    outcomes = _Outcomes(infeasible=infeasible)
     for candidate in live:
-        threshold = math.inf if options.exhaustive else _kth_best([f.cost for f in found], keep)
-        if candidate.cost_bound >= threshold:
-            pruned.append(
+        _search(candidate, context, outcomes)
+    outcomes.found.sort(key=lambda f: (f.cost, -f.candidate.capacity_rps, f.candidate.order))
+    planned = _size(context, outcomes)
+    disaggregated = None
+    if options.disaggregated and outcomes.found:
+        best = outcomes.found[0]
+        disaggregated = plan_disaggregated(
+            sample,
+            best.candidate.timer,
+            best.candidate.deployment,
+            best.candidate.offer,
+            best.candidate.scheduler,
+            kv_capacity_tokens=best.candidate.kv_capacity_tokens,
+            block_tokens=options.block_tokens,
+            slo=slo,
+            traffic_rps=traffic.requests_per_s,
+            demand_rps=demand,
+            aggregated_cost_per_hour_usd=best.cost,
+            budget=budget,
+        )
+        outcomes.simulations += disaggregated.simulations
+    outcomes.pruned.sort(key=lambda p: p.cost_lower_bound_per_hour_usd or 0.0)
+    everything = (*planned, *outcomes.pruned, *outcomes.infeasible)
+    return CapacityPlan(
+        candidates=tuple(_with_quantisation(c, model.checkpoint_dtype) for c in everything),
+        demand_requests_per_s=demand,
+        mean_prompt_tokens=sample.mean_prompt_tokens,
+        mean_output_tokens=sample.mean_output_tokens,
+        probe_requests=len(sample),
+        simulations=outcomes.simulations,
+        disaggregated=disaggregated.plan if disaggregated is not None else None,
+        notes=tuple(_plan_notes(context, outcomes)),
+    )
+
+
+def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> None:
+    """Prune `candidate` by its cost bound, or search its replica count (confirming it with
+    the longer sample when there is one) and record what was found, pruned or infeasible."""
+    options, demand = context.options, context.demand
+    keep = options.max_plans
+    threshold = (
+        math.inf if options.exhaustive else _kth_best([f.cost for f in outcomes.found], keep)
+    )
+    if candidate.cost_bound >= threshold:
+        outcomes.pruned.append(
+            candidate.result(
+                CandidateStatus.PRUNED,
+                [
+                    f"not simulated: even {candidate.k_min} replica(s) at the analytic "
+                    f"capacity cost ${candidate.cost_bound:.2f}/h, not below the "
+                    f"${threshold:.2f}/h of the plans returned"
+                ],
+            )
+        )
+        return
+    per_replica = candidate.deployment.tp * candidate.offer.price_per_gpu_hour_usd
+    k_limit = max(candidate.k_min, math.ceil(demand / (candidate.capacity_rps * LOW_LOAD_FRACTION)))
+    # k_min costs less than the threshold (not pruned above), so k_cap >= k_min.
+    k_cap = max(candidate.k_min, min(k_limit, _replicas_below(threshold, per_replica)))
+    runner = ProbeRunner(
+        context.sample,
+        candidate.timer,
+        kv_capacity_tokens=candidate.kv_capacity_tokens,
+        block_tokens=options.block_tokens,
+        scheduler=candidate.scheduler,
+        slo=context.slo,
+        budget=context.budget,
+    )
+    search = search_replicas(runner, demand, candidate.k_min, k_cap)
+    outcomes.simulations += runner.simulations
+    searched = 0
+    if search.replicas is not None and context.confirm_sample is not None:
+        confirmer = _with_sample(runner, context.confirm_sample)
+        confirmed = search_replicas(confirmer, demand, search.replicas, k_cap)
+        outcomes.simulations += confirmer.simulations
+        searched, runner = runner.simulations, confirmer
+        if confirmed.replicas is not None:
+            # The largest k known to miss: the confirming search's, else the short one's
+            # (a short probe is the optimistic one: what it misses, a longer one misses).
+            failing = confirmed.largest_failing or search.largest_failing
+            outcomes.found.append(
+                _Found(candidate, confirmer, confirmed.replicas, failing, searched)
+            )
+            return
+        search = confirmed
+    elif search.replicas is not None:
+        outcomes.found.append(_Found(candidate, runner, search.replicas, search.largest_failing))
+        return
+    misses = "; ".join(search.outcome.misses) if search.outcome else ""
+    rate = demand / k_cap
+    if k_cap < k_limit:
+        outcomes.pruned.append(
+            replace(
                 candidate.result(
                     CandidateStatus.PRUNED,
                     [
-                        f"not simulated: even {candidate.k_min} replica(s) at the analytic "
-                        f"capacity cost ${candidate.cost_bound:.2f}/h, not below the "
-                        f"${threshold:.2f}/h of the plans returned"
+                        f"{k_cap} replica(s) ({rate:.2f} requests/s each) miss the SLA "
+                        f"({misses}) and more would cost at least the ${threshold:.2f}/h "
+                        "of the plans returned"
                     ],
-                )
+                ),
+                cost_lower_bound_per_hour_usd=(k_cap + 1) * per_replica,
+                simulations=runner.simulations + searched,
             )
-            continue
-        per_replica = candidate.deployment.tp * candidate.offer.price_per_gpu_hour_usd
-        k_limit = max(
-            candidate.k_min, math.ceil(demand / (candidate.capacity_rps * LOW_LOAD_FRACTION))
         )
-        # k_min costs less than the threshold (not pruned above), so k_cap >= k_min.
-        k_cap = max(candidate.k_min, min(k_limit, _replicas_below(threshold, per_replica)))
-        runner = ProbeRunner(
-            sample,
-            candidate.timer,
-            kv_capacity_tokens=candidate.kv_capacity_tokens,
-            block_tokens=options.block_tokens,
-            scheduler=candidate.scheduler,
-            slo=slo,
-            budget=budget,
+        return
+    outcomes.infeasible.append(
+        replace(
+            candidate.result(
+                CandidateStatus.INFEASIBLE,
+                [
+                    f"SLA unreachable even at low load: at {rate:.3g} requests/s per "
+                    f"replica, {LOW_LOAD_FRACTION:.3g} of its analytic capacity "
+                    f"({k_cap} replica(s)): {misses}; more replicas were not searched"
+                ],
+            ),
+            simulations=runner.simulations + searched,
         )
-        search = search_replicas(runner, demand, candidate.k_min, k_cap)
-        simulations += runner.simulations
-        searched = 0
-        if search.replicas is not None and confirm_sample is not None:
-            confirmer = _with_sample(runner, confirm_sample)
-            confirmed = search_replicas(confirmer, demand, search.replicas, k_cap)
-            simulations += confirmer.simulations
-            searched, runner = runner.simulations, confirmer
-            if confirmed.replicas is not None:
-                # The largest k known to miss: the confirming search's, else the short one's
-                # (a short probe is the optimistic one: what it misses, a longer one misses).
-                failing = confirmed.largest_failing or search.largest_failing
-                found.append(_Found(candidate, confirmer, confirmed.replicas, failing, searched))
-                continue
-            search = confirmed
-        elif search.replicas is not None:
-            found.append(_Found(candidate, runner, search.replicas, search.largest_failing))
-            continue
-        misses = "; ".join(search.outcome.misses) if search.outcome else ""
-        rate = demand / k_cap
-        if k_cap < k_limit:
-            pruned.append(
-                replace(
-                    candidate.result(
-                        CandidateStatus.PRUNED,
-                        [
-                            f"{k_cap} replica(s) ({rate:.2f} requests/s each) miss the SLA "
-                            f"({misses}) and more would cost at least the ${threshold:.2f}/h "
-                            "of the plans returned"
-                        ],
-                    ),
-                    cost_lower_bound_per_hour_usd=(k_cap + 1) * per_replica,
-                    simulations=runner.simulations + searched,
-                )
-            )
-        else:
-            infeasible.append(
-                replace(
-                    candidate.result(
-                        CandidateStatus.INFEASIBLE,
-                        [
-                            f"SLA unreachable even at low load: at {rate:.3g} requests/s per "
-                            f"replica, {LOW_LOAD_FRACTION:.3g} of its analytic capacity "
-                            f"({k_cap} replica(s)): {misses}; more replicas were not searched"
-                        ],
-                    ),
-                    simulations=runner.simulations + searched,
-                )
-            )
+    )
 
-    found.sort(key=lambda f: (f.cost, -f.candidate.capacity_rps, f.candidate.order))
+
+def _size(context: _Context, outcomes: _Outcomes) -> list[CandidatePlan]:
+    """The `max_plans` cheapest candidates found, planned: their sustainable rate narrowed and
+    their latencies predicted at the traffic's share; the others found are pruned."""
+    keep, demand, traffic = context.options.max_plans, context.demand, context.traffic
     planned: list[CandidatePlan] = []
-    for rank, item in enumerate(found):
+    for rank, item in enumerate(outcomes.found):
         c = item.candidate
         if rank >= keep:
-            pruned.append(
+            outcomes.pruned.append(
                 replace(
                     c.result(
                         CandidateStatus.PRUNED,
@@ -336,16 +402,15 @@ def plan_capacity(
             first_guess_rps=None if item.failing is not None else c.capacity_rps / 1.05,
         )
         predicted = _predicted(item.runner, traffic.requests_per_s / item.replicas)
-        simulations += item.runner.simulations - before
-        gpus = item.replicas * c.deployment.tp
+        outcomes.simulations += item.runner.simulations - before
         planned.append(
             replace(
                 c.result(CandidateStatus.PLANNED, []),
                 replicas=item.replicas,
-                gpus_total=gpus,
+                gpus_total=item.replicas * c.deployment.tp,
                 cost_per_hour_usd=item.cost,
                 cost_per_million_output_tokens_usd=usd_per_million_output_tokens(
-                    item.cost, traffic.requests_per_s, sample.mean_output_tokens
+                    item.cost, traffic.requests_per_s, context.sample.mean_output_tokens
                 ),
                 max_requests_per_s_per_replica=meets_rps,
                 failing_requests_per_s_per_replica=finite(failing_rps),
@@ -353,50 +418,24 @@ def plan_capacity(
                 simulations=item.simulations,
             )
         )
+    return planned
 
-    disaggregated = None
-    if options.disaggregated and found:
-        best = found[0]
-        disaggregated = plan_disaggregated(
-            sample,
-            best.candidate.timer,
-            best.candidate.deployment,
-            best.candidate.offer,
-            best.candidate.scheduler,
-            kv_capacity_tokens=best.candidate.kv_capacity_tokens,
-            block_tokens=options.block_tokens,
-            slo=slo,
-            traffic_rps=traffic.requests_per_s,
-            demand_rps=demand,
-            aggregated_cost_per_hour_usd=best.cost,
-            budget=budget,
-        )
-        simulations += disaggregated.simulations
-    pruned.sort(key=lambda p: p.cost_lower_bound_per_hour_usd or 0.0)
-    notes = _notes(sample, slo, options.seed)
-    if confirm_sample is not None:
+
+def _plan_notes(context: _Context, outcomes: _Outcomes) -> list[str]:
+    sample, options = context.sample, context.options
+    notes = _notes(sample, context.slo, options.seed)
+    if context.confirm_sample is not None:
         notes.insert(
             2,
-            f"each replica count found is confirmed with {len(confirm_sample)} requests (the "
-            f"same {len(sample)} and more), and searched upward if it misses there; the "
+            f"each replica count found is confirmed with {len(context.confirm_sample)} requests "
+            f"(the same {len(sample)} and more), and searched upward if it misses there; the "
             "sustainable rate and the predicted latencies come from those longer probes",
         )
-    if pruned:
+    if outcomes.pruned:
         notes.append(
-            f"{len(pruned)} candidate(s) pruned: they cannot beat the {keep} plan(s) returned "
-            "(exhaustive plans them all)"
+            f"{len(outcomes.pruned)} candidate(s) pruned: they cannot beat the "
+            f"{options.max_plans} plan(s) returned (exhaustive plans them all)"
         )
-    if options.disaggregated and not found:
+    if options.disaggregated and not outcomes.found:
         notes.append("no aggregated plan is feasible, so no disaggregated one was sized")
-    return CapacityPlan(
-        candidates=tuple(
-            _with_quantisation(c, model.checkpoint_dtype) for c in (*planned, *pruned, *infeasible)
-        ),
-        demand_requests_per_s=demand,
-        mean_prompt_tokens=sample.mean_prompt_tokens,
-        mean_output_tokens=sample.mean_output_tokens,
-        probe_requests=len(sample),
-        simulations=simulations,
-        disaggregated=disaggregated.plan if disaggregated is not None else None,
-        notes=tuple(notes),
-    )
+    return notes
