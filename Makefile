@@ -9,7 +9,8 @@ PORT ?= 8000
 # The benchmark job's PyTorch. On the CI machines pip takes 2.13.0 from a local CPU wheel; elsewhere
 # it downloads it. Override (e.g. TORCH=torch==2.5.1) to use another build.
 TORCH ?= torch==2.13.0
-PYTEST_ARGS ?=
+# One pytest worker per core; the slow tests (marked `slow`) start first. `-m "not slow"` skips them.
+PYTEST_ARGS ?= -n auto
 
 export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
 

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import FastAPI
 
+from app import __version__
 from app.bundled import load_bundled_catalog
 from app.catalog import endpoints as catalog
 from app.catalog.spec_cache import SpecCache
@@ -105,7 +106,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
 
     app = FastAPI(
         title="Ridgeline",
-        version="1.0.0",
+        version=__version__,
         summary="Capacity planning for large-language-model inference.",
         description=DESCRIPTION,
         lifespan=lifespan,

@@ -109,7 +109,7 @@ def describe(plan: CapacityPlan, seconds: float, label: str) -> None:
         predicted = c.predicted
         assert predicted is not None
         print(
-            f"  {c.gpu_id:<16} tp {c.tp} {c.weight_dtype:<4} chunk {c.chunk_tokens:>4}: "
+            f"  {c.gpu:<16} tp {c.tp} {c.weight_dtype:<4} chunk {c.chunk_tokens:>4}: "
             f"{c.replicas} replica(s), ${c.cost_per_hour_usd:.2f}/h, "
             f"${c.cost_per_million_output_tokens_usd:.3f}/M tokens, sustains "
             f"{c.max_requests_per_s_per_replica:.1f}/s (bound "

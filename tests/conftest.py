@@ -11,11 +11,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import Table, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
@@ -73,15 +74,34 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     return url
 
 
+_LOADED: dict[str, list[tuple[Table, list[dict[str, Any]]]]] = {}
+"""Per database URL: every row the bundled catalog left there the first time it was loaded."""
+
+
 def reset_database(url: str) -> None:
-    """Empty every table and load the bundled catalog, as `make run` leaves a new database."""
+    """Empty every table and load the bundled catalog, as `make run` leaves a new database.
+
+    The loader runs once per database and session; later resets write back the rows it left
+    (one multi-row insert per table, a tenth of the loader's time). The loader's own behaviour
+    is tested in tests/api/test_catalog_loader.py."""
     engine = make_engine(url)
     try:
         with engine.begin() as connection:
             for table in reversed(Base.metadata.sorted_tables):
                 connection.execute(table.delete())
-        with make_session_factory(engine).begin() as session:
-            load_bundled_catalog(session)
+            loaded = _LOADED.get(url)
+            if loaded is not None:
+                for table, rows in loaded:
+                    if rows:
+                        connection.execute(table.insert(), rows)
+        if loaded is None:
+            with make_session_factory(engine).begin() as session:
+                load_bundled_catalog(session)
+            with engine.connect() as connection:
+                _LOADED[url] = [
+                    (table, [dict(row) for row in connection.execute(table.select()).mappings()])
+                    for table in Base.metadata.sorted_tables
+                ]
     finally:
         engine.dispose()
 
@@ -108,9 +128,35 @@ def heavy_work() -> Iterator[HeavyWork]:
         heavy.close()
 
 
+@pytest.fixture(scope="session")
+def _apps() -> dict[str, FastAPI]:
+    return {}
+
+
 @pytest.fixture
-def app(settings: Settings, heavy_work: HeavyWork) -> FastAPI:
+def app(settings: Settings, heavy_work: HeavyWork, _apps: dict[str, FastAPI]) -> FastAPI:
+    """The app over `settings`, one per distinct settings for the session.
+
+    What a request can change lives in the lifespan (engine, spec cache, response memo), which
+    each test's client starts afresh; the app object itself keeps only its routes, whose
+    first use FastAPI spends a tenth of a second preparing, and its metrics registry (tests of
+    counts use `fresh_app`)."""
+    key = settings.model_dump_json()
+    if key not in _apps:
+        _apps[key] = create_app(settings, heavy_work)
+    return _apps[key]
+
+
+@pytest.fixture
+def fresh_app(settings: Settings, heavy_work: HeavyWork) -> FastAPI:
+    """An app of its own, counters at zero."""
     return create_app(settings, heavy_work)
+
+
+@pytest.fixture
+def fresh_client(fresh_app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(fresh_app, raise_server_exceptions=False) as test_client:
+        yield test_client
 
 
 @pytest.fixture
@@ -137,3 +183,9 @@ def postgres_client(postgres_url: str, heavy_work: HeavyWork) -> Iterator[TestCl
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first: spread over the workers of `pytest -n auto` from the start, they do not
+    leave one worker running them alone at the end (the order is otherwise unchanged)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -34,6 +34,7 @@ def build_context() -> list[Path]:
     return sorted(files)
 
 
+@pytest.mark.slow
 def test_the_build_context_is_the_service_only() -> None:
     files = build_context()
     names = {str(path) for path in files}
@@ -55,7 +56,7 @@ def test_the_build_context_is_the_service_only() -> None:
 def test_every_copy_of_the_dockerfile_finds_its_source() -> None:
     context = {str(path) for path in build_context()}
     dockerfile = (ROOT / "Dockerfile").read_text()
-    sources = []
+    sources: list[str] = []
     for line in dockerfile.splitlines():
         match = re.match(r"^COPY\s+(?!--from)(.+?)\s+\S+$", line.strip())
         if match:

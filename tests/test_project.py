@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+import app
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pins(lock: str) -> dict[str, Version]:
-    pins = {}
+    pins: dict[str, Version] = {}
     for line in (ROOT / "requirements" / lock).read_text().splitlines():
         match = re.match(r"^([A-Za-z0-9._-]+)==(\S+)", line)
         if match:
@@ -31,10 +35,12 @@ def test_every_dependency_is_pinned_within_its_lower_bound() -> None:
     project = _project()
     service, dev, bench = _pins("service.lock"), _pins("dev.lock"), _pins("bench.lock")
     extras = project["optional-dependencies"]
+    dependencies = project["dependencies"]
     assert isinstance(extras, dict)
+    assert isinstance(dependencies, list)
     for lock, requirements in (
-        (service, project["dependencies"]),
-        (dev, [*project["dependencies"], *extras["dev"]]),  # type: ignore[list-item]
+        (service, dependencies),
+        (dev, [*dependencies, *extras["dev"]]),
         (bench, [r for r in extras["bench"] if not r.startswith("torch")]),
     ):
         assert isinstance(requirements, list)
@@ -45,3 +51,13 @@ def test_every_dependency_is_pinned_within_its_lower_bound() -> None:
             assert requirement.specifier.contains(lock[name]), (name, str(lock[name]))
     # The service's pins are the development environment's too: tests run what ships.
     assert {name: dev[name] for name in service} == service
+
+
+def test_one_version_number() -> None:
+    """The package, the app (OpenAPI info.version) and the committed document agree."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in pyproject["project"], "the version lives in app/__init__.py only"
+    assert pyproject["project"]["dynamic"] == ["version"]
+    assert metadata.version("ridgeline") == app.__version__
+    document = json.loads((ROOT / "openapi" / "openapi.json").read_text(encoding="utf-8"))
+    assert document["info"]["version"] == app.__version__

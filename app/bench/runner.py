@@ -22,9 +22,9 @@ import sys
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from typing import Protocol
 
+from app import __version__
 from app.bench.config import BenchConfig, PointPlan, plan_points
 from app.bench.memory import interrupted_during, is_out_of_memory, out_of_memory_error
 from app.bench.timing import TimingStats
@@ -141,13 +141,6 @@ def _prepare(workload: Workload) -> str | None:
     return reason
 
 
-def _job_version() -> str:
-    try:
-        return metadata.version("ridgeline")
-    except metadata.PackageNotFoundError:
-        return "unreleased"
-
-
 def _provenance(config: BenchConfig, notes: tuple[str, ...]) -> Provenance:
     note = "; ".join(
         (
@@ -159,7 +152,7 @@ def _provenance(config: BenchConfig, notes: tuple[str, ...]) -> Provenance:
     )
     return Provenance(
         kind=ProvenanceKind.MEASURED_BY_JOB,
-        source=f"ridgeline-bench {_job_version()} (app.bench)",
+        source=f"ridgeline-bench {__version__} (app.bench)",
         note=note,
     )
 

@@ -204,6 +204,7 @@ def test_prefill_curve_of_1000_points(client: TestClient) -> None:
     assert too_many.status_code == 422
 
 
+@pytest.mark.slow
 def test_charts_are_svg(client: TestClient) -> None:
     roof = client.post(
         "/v1/roofline",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import AUTH
@@ -27,6 +28,7 @@ def _example(parameter: dict[str, Any]) -> Any:
     return None
 
 
+@pytest.mark.slow
 def test_every_example_answers_2xx(client: TestClient) -> None:
     document = client.get("/openapi.json").json()
     operations = sorted(

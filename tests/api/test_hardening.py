@@ -138,7 +138,8 @@ def test_a_long_request_target_is_a_414_problem(client: TestClient) -> None:
     assert response.headers["content-type"] == "application/problem+json"
 
 
-def test_refused_requests_count_on_their_route(client: TestClient) -> None:
+def test_refused_requests_count_on_their_route(fresh_client: TestClient) -> None:
+    client = fresh_client
     refused = client.post(
         "/v1/gpus", content=b"name=x", headers={**AUTH, "content-type": "text/plain"}
     )

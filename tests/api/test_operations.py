@@ -45,7 +45,8 @@ def test_request_id_is_honoured_or_made(client: TestClient) -> None:
     assert junk.headers["x-request-id"] != "has spaces and \x7f"
 
 
-def test_metrics_count_by_route_template(client: TestClient) -> None:
+def test_metrics_count_by_route_template(fresh_client: TestClient) -> None:
+    client = fresh_client
     client.get("/v1/gpus/l4-24gb")
     client.get("/v1/gpus/a10g-24gb")
     client.get("/v1/gpus/not-there")

@@ -83,6 +83,7 @@ def meets(client: TestClient, requests_per_s: float) -> bool:
     return not run["saturated"] and run["ttft_ms"]["p99"] <= 1000 and run["tpot_ms"]["p99"] <= 50
 
 
+@pytest.mark.slow
 def test_hand_checked_plan_agrees_with_separate_simulations(client: TestClient) -> None:
     answer = post_plan(client)
     best = answer["plans"][0]
@@ -152,6 +153,7 @@ def test_writing_a_plan_needs_a_key(client: TestClient) -> None:
     assert client.get("/v1/plans").json()["total"] == 0
 
 
+@pytest.mark.slow
 def test_default_candidates_are_the_priced_gpus_ranked_by_cost(client: TestClient) -> None:
     answer = post_plan(client, gpus=None, max_plans=3)
     candidates = answer["plans"] + answer["pruned"]
@@ -300,6 +302,7 @@ def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
     assert client.get("/v1/plans").json()["total"] == 0
 
 
+@pytest.mark.slow
 def test_plans_serve_the_checkpoint_format_unless_asked_and_flag_quantisation(
     client: TestClient,
 ) -> None:

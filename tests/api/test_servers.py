@@ -83,9 +83,13 @@ def test_conditional_writers_over_two_replicas_one_wins_per_round(database: str)
         assert httpx.get(f"{first}/v1/gpus/l4-24gb").json()["version"] == 1 + ROUNDS
 
         keys = ["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
-        unconditional: list[dict[str, object]] = [
+        peaks: list[dict[str, object]] = [
             {"peak_flops_per_s": {keys[i]: float(i + 1) * 1e12}} for i in range(len(keys))
-        ] + [{"price_note": f"writer {i}"} for i in range(len(keys), WRITERS)]
+        ]
+        notes: list[dict[str, object]] = [
+            {"price_note": f"writer {i}"} for i in range(len(keys), WRITERS)
+        ]
+        unconditional = peaks + notes
         statuses, elapsed = asyncio.run(_patch_round(bases, unconditional, AUTH))
         assert statuses == [200] * WRITERS
         final = httpx.get(f"{second}/v1/gpus/l4-24gb").json()

@@ -21,6 +21,7 @@ SCRIPT = ROOT / "scripts" / "device_bench.sh"
 pytestmark = pytest.mark.skipif(shutil.which("timeout") is None, reason="needs coreutils timeout")
 
 
+@pytest.mark.slow
 def test_device_script_smoke_run_writes_the_document_and_a_summary(tmp_path: Path) -> None:
     environment = os.environ | {
         "OUT": str(tmp_path),

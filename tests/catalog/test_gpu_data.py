@@ -101,7 +101,8 @@ def _figure_fields(entry: dict[str, Any]) -> set[str]:
 def _ridge(gpu_id: str, dtype: str = "bf16") -> float:
     entry = BY_ID[gpu_id]
     peak: float = entry["peak_flops_per_s"][dtype]
-    return peak / entry["memory_bandwidth_bytes_per_s"]
+    bandwidth: float = entry["memory_bandwidth_bytes_per_s"]
+    return peak / bandwidth
 
 
 def _spec(entry: dict[str, Any]) -> GpuSpec:

@@ -164,6 +164,7 @@ def test_moe_with_dense_layers_and_shared_experts() -> None:
     assert counted.total == 80 + 768 + 1888 + 56 + 80 == 2872
     assert counted.active_non_embedding == counted.active - 80 == 2216
 
+    assert model.moe is not None
     wider_shared = replace(model, moe=replace(model.moe, shared_expert_intermediate_size=10))
     # The shared expert widens from 3*8*6 = 144 to 3*8*10 = 240 in both MoE layers.
     assert count_params(wider_shared).total == 2872 + 2 * (240 - 144)

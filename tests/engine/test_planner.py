@@ -120,6 +120,7 @@ def p99_meets(trace: Trace, timer: StepTimer, kv_tokens: int) -> bool:
     return not result.saturated and ttft_ms <= 1000 and tpot_ms <= 50
 
 
+@pytest.mark.slow
 def test_hand_checked_plan_agrees_with_the_closed_form_and_a_linear_scan() -> None:
     plan = hand_plan()
     best = plan.best
@@ -306,6 +307,7 @@ def test_a_one_token_chunk_has_a_finite_bound_and_is_planned() -> None:
     assert candidate.replicas >= math.ceil(12.0 / bound)
 
 
+@pytest.mark.slow
 def test_confirming_with_longer_probes_never_plans_fewer_replicas() -> None:
     # 30 requests/s of the hand-checked traffic: 36 with headroom over replicas of ~9.9 each.
     traffic = replace(TRAFFIC, requests_per_s=30.0)
@@ -333,6 +335,7 @@ def test_the_cost_threshold_counts_replicas_strictly_below_it() -> None:
     assert _replicas_below(math.inf, 1.0) > 10**15
 
 
+@pytest.mark.slow
 def test_headroom_and_traffic_scale_the_analytic_minimum() -> None:
     # No headroom: 10 / 9.89 still needs 2. 30 requests/s with 20 %: 36 / 9.89 -> at least 4.
     assert hand_plan(headroom=0.0).best.replicas == 2  # type: ignore[union-attr]
@@ -369,6 +372,7 @@ def statuses(plan: CapacityPlan) -> dict[tuple[str, int, DType], CandidatePlan]:
     return {(c.gpu, c.tp, c.weight_dtype): c for c in plan.candidates}
 
 
+@pytest.mark.slow
 def test_infeasible_candidates_say_why() -> None:
     options = replace(
         HAND,
@@ -562,6 +566,7 @@ def best_cost(plan: CapacityPlan) -> float:
     return best.cost_per_hour_usd if best and best.cost_per_hour_usd else math.inf
 
 
+@pytest.mark.slow
 def test_a_tighter_sla_never_gets_a_cheaper_plan() -> None:
     ladder = [(2000, 100), (1000, 50), (500, 30), (250, 20), (120, 10)]
     plans = [
@@ -582,6 +587,7 @@ def test_a_tighter_sla_never_gets_a_cheaper_plan() -> None:
                 assert c.replicas >= loose_replicas[key]  # type: ignore[operator]
 
 
+@pytest.mark.slow
 def test_doubling_the_traffic_never_lowers_the_replica_count() -> None:
     options = replace(REAL, exhaustive=True, max_plans=50)
     previous: dict[tuple[str, int, DType], int] = {}
@@ -604,6 +610,7 @@ def test_doubling_the_traffic_never_lowers_the_replica_count() -> None:
         previous = replicas
 
 
+@pytest.mark.slow
 def test_pruning_never_changes_the_best_plan() -> None:
     slo = Slo(1000, 50)
     pruned = plan_capacity(LLAMA3_8B, efficient(OFFERS), REAL_TRAFFIC, slo, REAL)

@@ -6,6 +6,7 @@ the test. Exact results (a deterministic schedule) use a relative tolerance of 1
 rounding; statistical ones (Poisson queues) say how wide their tolerance is and why.
 """
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -56,7 +57,7 @@ class CurvedTimer:
         return (
             0.005
             + 1e-5 * load.tokens
-            + 2e-6 * (load.decode_context_tokens * load.decode_seqs) ** 0.5
+            + 2e-6 * math.sqrt(load.decode_context_tokens * load.decode_seqs)
             + 1e-12 * load.prefill_attention_pairs
         )
 

@@ -76,6 +76,7 @@ def _offline_page(browser: object, base: str) -> tuple[object, list[str]]:
     return page, refused
 
 
+@pytest.mark.slow
 def test_swagger_ui_renders_every_operation_offline(
     server: str, browser: object, tmp_path: Path
 ) -> None:
@@ -105,6 +106,7 @@ def test_swagger_ui_renders_every_operation_offline(
     assert all(urlsplit(url).netloc != "cdn.jsdelivr.net" for url in refused)
 
 
+@pytest.mark.slow
 def test_redoc_renders_offline(server: str, browser: object) -> None:
     page, _ = _offline_page(browser, server)
     page.goto(f"{server}/redoc")  # type: ignore[attr-defined]
