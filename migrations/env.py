@@ -8,7 +8,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from app.db import tables  # noqa: F401  (registers every table on Base.metadata)
+from app import tables  # noqa: F401  (registers every table on Base.metadata)
 from app.db.session import Base, make_engine
 from app.settings import get_settings
 

@@ -23,9 +23,9 @@ from sqlalchemy.exc import OperationalError
 from app.bundled import load_bundled_catalog
 from app.db.migrate import upgrade
 from app.db.session import make_engine, make_session_factory
-from app.db.tables import Base
 from app.main import create_app
 from app.settings import Settings
+from app.tables import Base
 from app.web.heavy import HeavyWork, HeavyWorkLimits
 
 TEST_API_KEY = "test-key-0123456789abcdef"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -61,3 +62,45 @@ def test_one_version_number() -> None:
     assert metadata.version("ridgeline") == app.__version__
     document = json.loads((ROOT / "openapi" / "openapi.json").read_text(encoding="utf-8"))
     assert document["info"]["version"] == app.__version__
+
+
+_CITED = re.compile(
+    r"(?<![\w/.-])((?:app|tests|scripts|docs|migrations|requirements|openapi)/[\w./*-]*[\w*])"
+)
+
+
+def test_every_file_cited_in_the_repository_exists(repo_root: Path) -> None:
+    """Paths named in the docs, the code and its comments (`docs/model.md`, `app/web/heavy.py`,
+    `app/catalog/data/*.json`) name files of this repository; nothing points outside it."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=repo_root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    missing = []
+    for name in tracked:
+        if not name.endswith((".py", ".md", ".toml", ".cfg", ".ini", "Makefile", "Dockerfile")):
+            continue
+        for found in _CITED.findall((repo_root / name).read_text()):
+            cited = found.rstrip(".")
+            if not any(repo_root.glob(cited)):
+                missing.append(f"{name}: {cited}")
+    assert not missing, missing
+    for outside in ("DESIGN.md", "STYLE.md", "seeds/"):
+        holders = [
+            n
+            for n in tracked
+            if n.endswith((".py", ".md")) and n != "tests/test_project.py"
+            if outside in (repo_root / n).read_text()
+        ]
+        assert not holders, (outside, holders)
+
+
+def test_only_the_job_imports_the_job(repo_root: Path) -> None:
+    """The service and the benchmark job share `app.formats`; no service module imports
+    `app.bench` (which needs PyTorch)."""
+    importers = [
+        str(path.relative_to(repo_root))
+        for path in (repo_root / "app").rglob("*.py")
+        if "bench" not in path.relative_to(repo_root / "app").parts[:1]
+        if re.search(r"^\s*(from|import) app\.bench\b", path.read_text(), re.M)
+    ]
+    assert not importers

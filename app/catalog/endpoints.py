@@ -35,14 +35,16 @@ from app.web.deps import (
     IfMatchDep,
     LimitQuery,
     OffsetQuery,
+    count_filter,
     etag_for,
     json_response,
     not_modified,
     read_in_session,
     read_json,
+    text_filter,
     write_in_session,
 )
-from app.web.schemas import ID_PATTERN, MAX_BIGINT, NO_NUL, Output, Page, problem_responses
+from app.web.schemas import ID_PATTERN, NO_NUL, Output, Page, problem_responses
 
 _WRITE_PROBLEMS = problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422)
 
@@ -220,17 +222,10 @@ async def list_gpus_route(
     limit: LimitQuery = 50,
     offset: OffsetQuery = 0,
     vendor: Annotated[
-        str | None,
-        Query(
-            pattern=NO_NUL,
-            max_length=32,
-            description="Only this vendor's GPUs.",
-            examples=["nvidia"],
-        ),
+        str | None, text_filter("Only this vendor's GPUs.", max_length=32, example="nvidia")
     ] = None,
     min_memory_bytes: Annotated[
-        int | None,
-        Query(ge=0, le=MAX_BIGINT, description="Only GPUs with at least this much memory."),
+        int | None, count_filter("Only GPUs with at least this much memory.")
     ] = None,
 ) -> Response:
     return await read_json(
@@ -271,21 +266,13 @@ async def list_models_route(
     limit: LimitQuery = 50,
     offset: OffsetQuery = 0,
     family: Annotated[
-        str | None,
-        Query(
-            pattern=NO_NUL,
-            max_length=32,
-            description="Only this family's models.",
-            examples=["llama"],
-        ),
+        str | None, text_filter("Only this family's models.", max_length=32, example="llama")
     ] = None,
     min_params: Annotated[
-        int | None,
-        Query(ge=0, le=MAX_BIGINT, description="Only models with at least this many parameters."),
+        int | None, count_filter("Only models with at least this many parameters.")
     ] = None,
     max_params: Annotated[
-        int | None,
-        Query(ge=0, le=MAX_BIGINT, description="Only models with at most this many parameters."),
+        int | None, count_filter("Only models with at most this many parameters.")
     ] = None,
 ) -> Response:
     return await read_json(
@@ -347,16 +334,14 @@ async def import_model(
     request: Request,
     _key: ApiKeyDep,
     name: Annotated[
-        str | None,
-        Query(pattern=NO_NUL, max_length=200, description="Display name; default: hf_repo or id."),
+        str | None, text_filter("Display name; default: hf_repo or id.", max_length=200)
     ] = None,
     hf_repo: Annotated[
         str | None,
-        Query(
-            pattern=NO_NUL,
+        text_filter(
+            "The Hugging Face repository, cited as the entry's source.",
             max_length=200,
-            description="The Hugging Face repository, cited as the entry's source.",
-            examples=["meta-llama/Meta-Llama-3-8B"],
+            example="meta-llama/Meta-Llama-3-8B",
         ),
     ] = None,
 ) -> Response:

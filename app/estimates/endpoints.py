@@ -3,12 +3,14 @@ over HTTP. Each route parses, calls one service function, and shapes the answer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from app.catalog.spec_cache import SpecCache
 from app.estimates import service as estimates
 from app.estimates.schemas import (
     BatchCeilingRequest,
@@ -29,7 +31,8 @@ from app.estimates.schemas import (
     TpFeasibilityResponse,
 )
 from app.web.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
-from app.web.deps import HeavyWorkDep, SpecCacheDep, memoized_answer
+from app.web.deps import EstimateBody, HeavyWorkDep, SpecCacheDep, memoized_answer
+from app.web.heavy import HeavyWork
 from app.web.schemas import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
@@ -45,11 +48,37 @@ AcceptHeader = Annotated[
 
 
 A = TypeVar("A", bound=BaseModel)
+Q_co = TypeVar("Q_co", covariant=True)
+
+
+class _Body(EstimateBody, Protocol[Q_co]):
+    def query(self) -> Q_co: ...
 
 
 def _shaped(schema: type[A], answer: object) -> A:
     """The answer schema read from an engine result by attribute (`Estimated`)."""
     return schema.model_validate(answer, from_attributes=True)
+
+
+async def _estimate(
+    request: Request,
+    body: _Body[Q_co],
+    cache: SpecCache,
+    schema: type[A],
+    answer: Callable[[SpecCache, Q_co], object],
+) -> Response:
+    """The answer to `body`, from the memo or computed, as `schema`."""
+    query = body.query()
+    return await memoized_answer(request, body, lambda: _shaped(schema, answer(cache, query)))
+
+
+async def _chart(
+    request: Request, heavy: HeavyWork, draw: Callable[[A], str], produce: Callable[[], A]
+) -> Response:
+    """The answer `produce`s (in the thread pool: it may read the database) drawn as SVG in the
+    heavy-work pool (a chart takes ~100 ms of CPU)."""
+    chart = await heavy.run(request, draw, await run_in_threadpool(produce))
+    return Response(chart, media_type=SVG_MEDIA_TYPE)
 
 
 @router.post(
@@ -59,10 +88,7 @@ def _shaped(schema: type[A], answer: object) -> A:
     responses=_PROBLEMS,
 )
 async def estimate_prefill(body: PrefillRequest, cache: SpecCacheDep, request: Request) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request, body, lambda: _shaped(PrefillResponse, estimates.prefill(cache, query))
-    )
+    return await _estimate(request, body, cache, PrefillResponse, estimates.prefill)
 
 
 @router.post(
@@ -78,15 +104,14 @@ async def estimate_prefill_curve(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
-    query = body.query()
-
-    def answer() -> PrefillCurveResponse:
-        return _shaped(PrefillCurveResponse, estimates.prefill_points(cache, query))
-
-    if wants_svg(accept):  # drawing takes ~100 ms of CPU: a heavy job
-        chart = await heavy.run(request, prefill_curve_svg, await run_in_threadpool(answer))
-        return Response(chart, media_type=SVG_MEDIA_TYPE)
-    return await memoized_answer(request, body, answer)
+    if wants_svg(accept):
+        return await _chart(
+            request,
+            heavy,
+            prefill_curve_svg,
+            lambda: _shaped(PrefillCurveResponse, estimates.prefill_points(cache, body.query())),
+        )
+    return await _estimate(request, body, cache, PrefillCurveResponse, estimates.prefill_points)
 
 
 @router.post(
@@ -96,10 +121,7 @@ async def estimate_prefill_curve(
     responses=_PROBLEMS,
 )
 async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Request) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request, body, lambda: _shaped(DecodeResponse, estimates.decode(cache, query))
-    )
+    return await _estimate(request, body, cache, DecodeResponse, estimates.decode)
 
 
 @router.post(
@@ -109,10 +131,7 @@ async def estimate_decode(body: DecodeRequest, cache: SpecCacheDep, request: Req
     responses=_PROBLEMS,
 )
 async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: Request) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request, body, lambda: _shaped(RequestResponse, estimates.request(cache, query))
-    )
+    return await _estimate(request, body, cache, RequestResponse, estimates.request)
 
 
 @router.post(
@@ -124,10 +143,7 @@ async def estimate_request(body: RequestRequest, cache: SpecCacheDep, request: R
 async def estimate_batch_ceiling(
     body: BatchCeilingRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request, body, lambda: _shaped(BatchCeilingResponse, estimates.batch_ceiling(cache, query))
-    )
+    return await _estimate(request, body, cache, BatchCeilingResponse, estimates.batch_ceiling)
 
 
 @router.post(
@@ -139,12 +155,7 @@ async def estimate_batch_ceiling(
 async def estimate_tp_feasibility(
     body: TpFeasibilityRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request,
-        body,
-        lambda: _shaped(TpFeasibilityResponse, estimates.tp_feasibility(cache, query)),
-    )
+    return await _estimate(request, body, cache, TpFeasibilityResponse, estimates.tp_feasibility)
 
 
 @router.post(
@@ -157,10 +168,7 @@ async def estimate_tp_feasibility(
 async def recommend_chunk_size(
     body: ChunkSizeRequest, cache: SpecCacheDep, request: Request
 ) -> Response:
-    query = body.query()
-    return await memoized_answer(
-        request, body, lambda: _shaped(ChunkSizeResponse, estimates.chunk_size(cache, query))
-    )
+    return await _estimate(request, body, cache, ChunkSizeResponse, estimates.chunk_size)
 
 
 @router.post(
@@ -176,12 +184,11 @@ async def roofline(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
-    query = body.query()
-
-    def answer() -> RooflineResponse:
-        return _shaped(RooflineResponse, estimates.roofline_of(cache, query))
-
     if wants_svg(accept):
-        chart = await heavy.run(request, roofline_svg, await run_in_threadpool(answer))
-        return Response(chart, media_type=SVG_MEDIA_TYPE)
-    return await memoized_answer(request, body, answer)
+        return await _chart(
+            request,
+            heavy,
+            roofline_svg,
+            lambda: _shaped(RooflineResponse, estimates.roofline_of(cache, body.query())),
+        )
+    return await _estimate(request, body, cache, RooflineResponse, estimates.roofline_of)

@@ -108,14 +108,7 @@ class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
     batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
     def query(self) -> PrefillQuery:
-        return PrefillQuery(
-            self.target_query(),
-            prompt_tokens=self.prompt_tokens,
-            batch_size=self.batch_size,
-            cached_prefix_tokens=self.cached_prefix_tokens,
-            chunk_tokens=self.chunk_tokens,
-            causal=self.causal,
-        )
+        return self.query_of(PrefillQuery)
 
 
 class PrefillResponse(EstimateResponse):
@@ -153,13 +146,7 @@ class PrefillCurveRequest(TargetRequest, _PrefillShape):
     batch_size: PrefillBatch = Field(default=1, description="Prompts prefilled together.")
 
     def query(self) -> PrefillCurveQuery:
-        return PrefillCurveQuery(
-            self.target_query(),
-            prompt_tokens=tuple(self.prompt_tokens),
-            batch_size=self.batch_size,
-            chunk_tokens=self.chunk_tokens,
-            causal=self.causal,
-        )
+        return self.query_of(PrefillCurveQuery, prompt_tokens=tuple(self.prompt_tokens))
 
 
 class CurvePointOut(BaseModel):
@@ -201,9 +188,7 @@ class DecodeRequest(TargetRequest):
     )
 
     def query(self) -> DecodeQuery:
-        return DecodeQuery(
-            self.target_query(), batch_size=self.batch_size, context_tokens=self.context_tokens
-        )
+        return self.query_of(DecodeQuery)
 
 
 class DecodeResponse(EstimateResponse):
@@ -239,15 +224,7 @@ class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
     batch_size: DecodeBatch = Field(default=1, description="Requests running together.")
 
     def query(self) -> RequestQuery:
-        return RequestQuery(
-            self.target_query(),
-            prompt_tokens=self.prompt_tokens,
-            output_tokens=self.output_tokens,
-            batch_size=self.batch_size,
-            cached_prefix_tokens=self.cached_prefix_tokens,
-            chunk_tokens=self.chunk_tokens,
-            causal=self.causal,
-        )
+        return self.query_of(RequestQuery)
 
 
 class RequestResponse(EstimateResponse):
@@ -283,14 +260,7 @@ class BatchCeilingRequest(TargetRequest):
     )
 
     def query(self) -> BatchCeilingQuery:
-        return BatchCeilingQuery(
-            self.target_query(),
-            context_tokens=self.context_tokens,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            block_tokens=self.block_tokens,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_num_seqs=self.max_num_seqs,
-        )
+        return self.query_of(BatchCeilingQuery)
 
 
 class MemoryBreakdown(BaseModel):
@@ -356,15 +326,7 @@ class TpFeasibilityRequest(TargetRequest):
     tpot_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
 
     def query(self) -> TpFeasibilityQuery:
-        return TpFeasibilityQuery(
-            self.target_query(),
-            candidates=tuple(self.tp_candidates),
-            prompt_tokens=self.prompt_tokens,
-            context_tokens=self.context_tokens,
-            batch_size=self.batch_size,
-            ttft_slo_ms=self.ttft_slo_ms,
-            tpot_slo_ms=self.tpot_slo_ms,
-        )
+        return self.query_of(TpFeasibilityQuery, candidates=tuple(self.tp_candidates))
 
 
 class TpCandidateOut(BaseModel):
@@ -448,14 +410,7 @@ class ChunkSizeRequest(TargetRequest):
     )
 
     def query(self) -> ChunkSizeQuery:
-        return ChunkSizeQuery(
-            self.target_query(),
-            itl_slo_ms=self.itl_slo_ms,
-            short_ttft_slo_ms=self.short_ttft_slo_ms,
-            decode_batch_size=self.decode_batch_size,
-            decode_context_tokens=self.decode_context_tokens,
-            long_prompt_tokens=self.long_prompt_tokens,
-        )
+        return self.query_of(ChunkSizeQuery)
 
 
 class LongPromptOut(BaseModel):

@@ -8,7 +8,7 @@ read by attribute. Engine `SpecError`s become 422s naming the request field (`sp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from app.catalog.spec_cache import SpecCache
@@ -156,17 +156,16 @@ class RooflineAnswer:
         return getattr(self.result, name)
 
 
+def workload_of(query: Any) -> dict[str, Any]:
+    """A frozen query's fields after its `target`, by name: the keyword arguments of the engine
+    function it is answered by (they share names, which the API tests hold)."""
+    return {f.name: getattr(query, f.name) for f in fields(query)[1:]}
+
+
 def prefill(cache: SpecCache, query: PrefillQuery) -> Estimated[PrefillEstimate]:
     target = resolve_target(cache, query.target)
     with spec_errors():
-        estimate = estimate_prefill(
-            target.cost,
-            prompt_tokens=query.prompt_tokens,
-            batch_size=query.batch_size,
-            cached_prefix_tokens=query.cached_prefix_tokens,
-            chunk_tokens=query.chunk_tokens,
-            causal=query.causal,
-        )
+        estimate = estimate_prefill(target.cost, **workload_of(query))
     return Estimated(target, estimate, ("prefill",))
 
 
@@ -196,43 +195,21 @@ def decode(cache: SpecCache, query: DecodeQuery) -> Estimated[DecodeEstimate]:
 def request(cache: SpecCache, query: RequestQuery) -> Estimated[RequestEstimate]:
     target = resolve_target(cache, query.target)
     with spec_errors():
-        estimate = estimate_request(
-            target.cost,
-            prompt_tokens=query.prompt_tokens,
-            output_tokens=query.output_tokens,
-            batch_size=query.batch_size,
-            cached_prefix_tokens=query.cached_prefix_tokens,
-            chunk_tokens=query.chunk_tokens,
-            causal=query.causal,
-        )
+        estimate = estimate_request(target.cost, **workload_of(query))
     return Estimated(target, estimate, ("prefill", "decode"))
 
 
 def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Estimated[BatchCeiling]:
     target = resolve_target(cache, query.target)
     with spec_errors():
-        ceiling = estimate_batch_ceiling(
-            target.cost,
-            context_tokens=query.context_tokens,
-            gpu_memory_utilization=query.gpu_memory_utilization,
-            block_tokens=query.block_tokens,
-            max_num_batched_tokens=query.max_num_batched_tokens,
-            max_num_seqs=query.max_num_seqs,
-        )
+        ceiling = estimate_batch_ceiling(target.cost, **workload_of(query))
     return Estimated(target, ceiling, ("decode",))
 
 
 def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Estimated[ChunkRecommendation]:
     target = resolve_target(cache, query.target)
     with spec_errors():
-        recommendation = recommend_chunk_size(
-            target.cost,
-            itl_slo_ms=query.itl_slo_ms,
-            short_ttft_slo_ms=query.short_ttft_slo_ms,
-            decode_batch_size=query.decode_batch_size,
-            decode_context_tokens=query.decode_context_tokens,
-            long_prompt_tokens=query.long_prompt_tokens,
-        )
+        recommendation = recommend_chunk_size(target.cost, **workload_of(query))
     return Estimated(target, recommendation, ("prefill", "decode"))
 
 

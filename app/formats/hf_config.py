@@ -32,13 +32,8 @@ __all__ = [
 ]
 
 
-class HfConfigError(ValueError):
+class HfConfigError(SpecError):
     """A `config.json` that cannot be read as a supported model; `field` is the offending key."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response, status
+from fastapi import APIRouter, Path, Request, Response, status
 
 from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, MAX_CANDIDATES
 from app.plans import service as plans
@@ -18,9 +18,10 @@ from app.web.deps import (
     json_response,
     read_in_session,
     read_json,
+    text_filter,
     write_in_session,
 )
-from app.web.schemas import NO_NUL, problem_responses
+from app.web.schemas import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 
@@ -78,10 +79,7 @@ async def list_plans_route(
     request: Request,
     limit: LimitQuery = 50,
     offset: OffsetQuery = 0,
-    model: Annotated[
-        str | None,
-        Query(pattern=NO_NUL, max_length=64, description="Only plans for this model id."),
-    ] = None,
+    model: Annotated[str | None, text_filter("Only plans for this model id.")] = None,
 ) -> Response:
     return await read_json(
         request,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Request, Response, status
 
 from app.catalog.orm import GpuRow
 from app.catalog.schemas import EfficiencyValues
@@ -40,9 +40,10 @@ from app.web.deps import (
     etag_for,
     json_response,
     read_json,
+    text_filter,
     write_in_session,
 )
-from app.web.schemas import ID_PATTERN, NO_NUL, problem_responses
+from app.web.schemas import ID_PATTERN, problem_responses
 
 run_router = APIRouter(prefix="/v1", tags=["benchmark runs"])
 
@@ -112,14 +113,8 @@ async def upload_run(
 )
 async def list_runs_route(
     request: Request,
-    gpu: Annotated[
-        str | None,
-        Query(pattern=NO_NUL, max_length=64, description="Only runs naming this GPU catalog id."),
-    ] = None,
-    model: Annotated[
-        str | None,
-        Query(pattern=NO_NUL, max_length=64, description="Only runs of this model catalog id."),
-    ] = None,
+    gpu: Annotated[str | None, text_filter("Only runs naming this GPU catalog id.")] = None,
+    model: Annotated[str | None, text_filter("Only runs of this model catalog id.")] = None,
     limit: LimitQuery = 50,
     offset: OffsetQuery = 0,
 ) -> Response:

@@ -3,7 +3,8 @@ and the echo of it every estimate response carries."""
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -73,6 +74,9 @@ def gpu_query(gpu: str | GpuHardware) -> str | GpuSpec:
         return gpu_spec_from_fields(gpu.model_dump())
 
 
+_Q = TypeVar("_Q")
+
+
 class TargetRequest(DeploymentFields):
     """Which model, on which GPU, deployed how, timed how. Each estimate request adds its
     workload fields to these."""
@@ -97,6 +101,15 @@ class TargetRequest(DeploymentFields):
     def refs(self) -> dict[str, object]:
         """The catalog ids this request names, for `SpecCache.generations`."""
         return {"model": self.model, "gpu": self.gpu}
+
+    def query_of(self, kind: type[_Q], **given: Any) -> _Q:
+        """`kind` (a frozen query whose first field is `target`) from this request: the target,
+        then each of its fields from the request field of the same name, unless `given`."""
+        factory: Any = kind  # a dataclass: its fields are read at run time
+        names = [f.name for f in dataclasses.fields(factory)][1:]
+        values = {name: given[name] if name in given else getattr(self, name) for name in names}
+        query: _Q = factory(self.target_query(), **values)
+        return query
 
     def target_query(self) -> TargetQuery:
         """The request's target, typed: what `app.targets.service.resolve_target` takes."""

@@ -7,7 +7,7 @@ import itertools
 import re
 import time
 from collections.abc import Callable
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import Depends, Header, Query, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -22,6 +22,7 @@ from app.settings import Settings
 from app.web.heavy import HeavyWork
 from app.web.memo import ResponseMemo
 from app.web.problems import ApiProblem, is_sqlite_busy
+from app.web.schemas import MAX_BIGINT, NO_NUL
 
 __all__ = [
     "ApiKeyDep",
@@ -63,6 +64,18 @@ async def get_spec_cache(request: Request) -> SpecCache:
 
 LimitQuery = Annotated[int, Query(ge=1, le=500, description="Page size.")]
 OffsetQuery = Annotated[int, Query(ge=0, le=10**6, description="Entries to skip.")]
+
+
+def text_filter(description: str, *, max_length: int = 64, example: str | None = None) -> Any:
+    """A text query parameter: no NUL (nothing stored holds one), at most `max_length`."""
+    examples = None if example is None else [example]
+    return Query(pattern=NO_NUL, max_length=max_length, description=description, examples=examples)
+
+
+def count_filter(description: str) -> Any:
+    """A non-negative whole-number query parameter that fits a BIGINT column."""
+    return Query(ge=0, le=MAX_BIGINT, description=description)
+
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SpecCacheDep = Annotated[SpecCache, Depends(get_spec_cache)]
