@@ -4,6 +4,8 @@ ridgeline serve [--host 127.0.0.1] [--port 8000] [--workers 1]
 ridgeline migrate [--revision head]
 ridgeline load-catalog
 ridgeline openapi [--out openapi/openapi.json]
+ridgeline import-profiles aiconfigurator --system h100_sxm --backend vllm [--version V]
+    [--systems-dir DIR] [--out app/profiles/data] [--default]
 """
 
 from __future__ import annotations
@@ -82,6 +84,21 @@ def _serve(args: argparse.Namespace) -> int:
 _MAX_REQUEST_HEAD_BYTES = 1 << 20
 
 
+def _import_profiles(args: argparse.Namespace) -> int:
+    from app.profiles.bundled import write_bundled_profile  # noqa: PLC0415 - needs the extra
+
+    path = write_bundled_profile(
+        args.system,
+        args.backend,
+        version=args.version,
+        systems=Path(args.systems_dir) if args.systems_dir else None,
+        out=Path(args.out),
+        default=args.default,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ridgeline", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     openapi = commands.add_parser("openapi", help="write the OpenAPI document")
     openapi.add_argument("--out", default="openapi/openapi.json")
     openapi.set_defaults(run=_openapi)
+    profiles = commands.add_parser(
+        "import-profiles",
+        help="write a compact profile from a silicon database (needs ridgeline[profiles])",
+    )
+    profiles.add_argument("source", choices=["aiconfigurator"])
+    profiles.add_argument("--system", required=True, help="e.g. h100_sxm, a100_sxm, l40s")
+    profiles.add_argument("--backend", required=True, choices=["vllm", "sglang", "trtllm"])
+    profiles.add_argument("--version", default=None, help="default: the newest in the database")
+    profiles.add_argument("--systems-dir", default=None, help="default: the installed package's")
+    profiles.add_argument("--out", default="app/profiles/data")
+    profiles.add_argument("--default", action="store_true", help="the GPU's default profile")
+    profiles.set_defaults(run=_import_profiles)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

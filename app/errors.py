@@ -3,7 +3,7 @@ RFC 9457 problem document. A service never builds an HTTP response.
 
     DomainError
     ├── NotFound            404  (GpuNotFound, ModelNotFound, RunNotFound, PlanNotFound,
-    │                             CalibrationNotFound)
+    │                             CalibrationNotFound, ProfileNotFound)
     ├── AlreadyExists       409
     ├── Conflict            409  (a unique value another entry holds)
     ├── PreconditionFailed  412  (If-Match names a version that is no longer current)
@@ -31,6 +31,7 @@ __all__ = [
     "NotFound",
     "PlanNotFound",
     "PreconditionFailed",
+    "ProfileNotFound",
     "RunNotFound",
     "invalid_spec",
     "spec_errors",
@@ -99,6 +100,12 @@ class CalibrationNotFound(NotFound):
         super().__init__(f"GPU {gpu_id!r} has no calibration with id {calibration_id!r}.")
         self.gpu_id = gpu_id
         self.calibration_id = calibration_id
+
+
+class ProfileNotFound(NotFound):
+    def __init__(self, profile_id: str) -> None:
+        super().__init__(f"No profile with id {profile_id!r}.")
+        self.profile_id = profile_id
 
 
 class AlreadyExists(DomainError):

@@ -20,6 +20,7 @@ from app.db.session import DatabaseLimits, make_engine, make_session_factory
 from app.estimates import endpoints as estimates
 from app.logs import configure_logging
 from app.plans import endpoints as plans
+from app.profiles import endpoints as profiles
 from app.runs import endpoints as runs
 from app.runs.validation import watch as watch_expected_errors
 from app.settings import Settings, get_settings
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     app.include_router(runs.calibration_router)
     app.include_router(simulations.router)
     app.include_router(plans.router)
+    app.include_router(profiles.router)
     install_docs(app)
     install_openapi(app)
     app.add_middleware(

@@ -4,6 +4,7 @@ is needed (Alembic's autogenerate, the tests' database reset)."""
 from app.catalog.orm import CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
 from app.db.session import Base
 from app.plans.repository import PlanRow
+from app.profiles.orm import ProfileRow
 from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "GpuRow",
     "ModelRow",
     "PlanRow",
+    "ProfileRow",
 ]

@@ -22,8 +22,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.catalog.lookup import find_entry, nearest, shown
 from app.catalog.repository import GpuRepository, ModelRepository
 from app.catalog.service import CHANGES, gpu_spec_of, model_spec_of
+from app.engine.profiles import Profile
 from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import InvalidInput, spec_errors
+from app.profiles.library import ProfileLibrary, ProfileRef, profile_refs
 
 __all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
 
@@ -34,6 +36,8 @@ class CachedGpu:
     version: int
     price_per_gpu_hour_usd: float | None
     efficiency_fields: dict[str, Any] | None
+    profiles: tuple[ProfileRef, ...] = ()
+    """Its measured profiles (uploaded, then bundled): what an `engine` chooses from."""
     expected_error_pct: dict[str, float] = field(default_factory=dict)
     """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
     of `error_pct` over its stored runs under its current efficiency, as stored when a run, a
@@ -68,6 +72,8 @@ class SpecCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._session_factory = session_factory
+        self.profiles = ProfileLibrary(session_factory)
+        """Parsed profiles, by id (they never change once written)."""
         self._ttl_s = ttl_s
         self._clock = clock
         self._gpus: dict[str, tuple[float, CachedGpu, int]] = {}
@@ -116,6 +122,15 @@ class SpecCache:
         return self._get(
             self._models, model_id, lambda session: _load_model(session, model_id, field)
         )
+
+    def profile(self, ref: ProfileRef) -> Profile:
+        """The parsed profile `ref` names (parsing or reading it first: never in `cached_only`)."""
+        found = self.profiles.cached(ref)
+        if found is not None:
+            return found
+        if getattr(self._local, "cached_only", False):
+            raise NotCached(ref.id)
+        return self.profiles.profile(ref)
 
     def watch(self, session_factory: sessionmaker[Session]) -> None:
         """Drop the entries a committed transaction of `session_factory` wrote (noted with
@@ -181,6 +196,7 @@ def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
         row.version,
         row.price_per_gpu_hour_usd,
         row.efficiency,
+        profile_refs(session, row.id),
         repository.expected_error(row.id),
     )
 

@@ -163,7 +163,8 @@ def prefill_seconds(
     decode: StepLoad | None = None,
 ) -> tuple[float, int]:
     """(seconds, steps) to prefill `batch_size` prompts, in chunks when `chunk_tokens` is set,
-    optionally beside a running decode batch whose contexts grow by one token per step."""
+    optionally beside a running decode batch whose contexts grow by one token per step; the
+    seconds include the engine's per-request overhead (`request_overhead_s`)."""
     new = prompt_tokens - cached_prefix_tokens
     decode = decode or StepLoad()
     if chunk_tokens is None or chunk_tokens >= new:
@@ -171,11 +172,11 @@ def prefill_seconds(
         whole = prefill_load(
             new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
         )
-        return cost.seconds(decode + whole), 1
+        return cost.seconds(decode + whole) + cost.request_overhead_s, 1
     first, step, full, remainder = _chunked_loads(
         new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=decode
     )
-    seconds = cost.sum_seconds(first, step, full)
+    seconds = cost.sum_seconds(first, step, full) + cost.request_overhead_s
     if remainder is not None:
         seconds += cost.seconds(remainder)
     return seconds, full + (remainder is not None)

@@ -193,6 +193,12 @@ class StepCostModel:
         self._overhead_s = efficiency.overhead_ms / MS_PER_S
 
     @property
+    def request_overhead_s(self) -> float:
+        """Latency each request's first token waits outside the steps (engine dispatch of its
+        prefill); the roofline has none."""
+        return 0.0
+
+    @property
     def peak_flops_per_s(self) -> float:
         """Datasheet peak of one GPU in the GEMMs' compute format."""
         return self.gpu.peak(self.gemm_dtype)

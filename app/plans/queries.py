@@ -53,3 +53,5 @@ class PlanQuery:
     max_plans: int = 3
     exhaustive: bool = False
     disaggregated: bool = False
+    engine: str | None = None
+    """The serving engine whose profiles time each GPU (see `TargetQuery.engine`)."""

@@ -22,7 +22,7 @@ from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRow
 from app.simulations.schemas import MAX_REQUESTS, LengthDistribution, TraceRow
 from app.simulations.service import MIN_REQUESTS_PER_S
-from app.targets.schemas import Format, model_query
+from app.targets.schemas import ENGINE_PATTERN, Format, model_query
 from app.targets.service import EfficiencyMode
 from app.web.schemas import CATALOG_REF, ENTRY_ID, Input, Page
 
@@ -227,6 +227,15 @@ class PlanRequest(Input):
     disaggregated: bool = Field(
         default=False, description="Also size separate prefill and decode pools, and compare."
     )
+    engine: str | None = Field(
+        default=None,
+        pattern=ENGINE_PATTERN,
+        description=(
+            "The serving engine whose measured profile times each GPU (`vllm`, `sglang`, "
+            "`trtllm`, `name@version`, or `roofline`); default: each GPU's default profile, "
+            "else the roofline."
+        ),
+    )
 
     def query(self) -> PlanQuery:
         """The request as `app.plans.service.create_plan` takes it."""
@@ -260,6 +269,7 @@ class PlanRequest(Input):
             seed=self.seed,
             max_plans=self.max_plans,
             exhaustive=self.exhaustive,
+            engine=self.engine,
             disaggregated=self.disaggregated,
         )
 

@@ -38,6 +38,7 @@ from app.errors import InvalidInput, PlanNotFound, spec_errors
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRepository, PlanRow
 from app.plans.schemas import CandidateRead, DisaggregatedRead
+from app.profiles.library import choose_profile
 from app.simulations.service import (
     MIN_REQUESTS_PER_S,
     check_trace_lengths,
@@ -93,7 +94,11 @@ def _offers(
                 f"price_overrides.{gpu_id} (USD per GPU-hour)",
             )
         efficiency = IDEAL_EFFICIENCY if query.efficiency is EfficiencyMode.IDEAL else None
-        offers.append(GpuOffer(cached.spec, price, efficiency))
+        profile = None
+        if efficiency is None:
+            ref = choose_profile(cached.profiles, query.engine)
+            profile = cache.profile(ref) if ref is not None else None
+        offers.append(GpuOffer(cached.spec, price, efficiency, profile))
         versions[cached.spec.id] = cached.version
     if not offers:
         field_name = "gpus" if explicit else "price_overrides"

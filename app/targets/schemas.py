@@ -75,6 +75,7 @@ def gpu_query(gpu: str | GpuHardware) -> str | GpuSpec:
 
 
 _Q = TypeVar("_Q")
+ENGINE_PATTERN = r"^(vllm|sglang|trtllm|roofline)(@[A-Za-z0-9][A-Za-z0-9._+-]{0,63})?$"
 
 
 class TargetRequest(DeploymentFields):
@@ -96,6 +97,19 @@ class TargetRequest(DeploymentFields):
             "datasheet peak and no overhead, the theoretical lower bound of docs/model.md's "
             "article B; or explicit efficiencies for a what-if."
         ),
+    )
+
+    engine: str | None = Field(
+        default=None,
+        pattern=ENGINE_PATTERN,
+        description=(
+            "The serving engine whose measured profile times the steps: `vllm`, `sglang`, "
+            "`trtllm` (that engine's default or newest profile for the GPU), `name@version`, or "
+            "`roofline`. Default: the GPU's default profile, else the roofline. Applies with "
+            "`efficiency: calibrated`; `ideal` and explicit efficiencies are roofline what-ifs. "
+            "`basis` in the answer says what timed each op class."
+        ),
+        examples=["vllm"],
     )
 
     def refs(self) -> dict[str, object]:
@@ -126,6 +140,7 @@ class TargetRequest(DeploymentFields):
             gpu=gpu_query(self.gpu),
             deployment=self.deployment(),
             efficiency=efficiency,
+            engine=self.engine,
         )
 
 
@@ -146,4 +161,16 @@ class TargetEcho(BaseModel):
     efficiency: EfficiencyUsed = Field(description="How the estimate was timed.")
     catalog_versions: dict[str, int] = Field(
         description="Versions of the catalog entries used (`model`, `gpu`), for reproducibility."
+    )
+    engine: str | None = Field(
+        description="The profile the step times come from (`vllm@0.24.0`); null: the roofline."
+    )
+    basis: dict[str, str] = Field(
+        description=(
+            "Per op class (`gemm`, `prefill_attention`, `decode_attention`, `moe`, "
+            "`communication`, `overhead`), what timed it: `profile <gpu> <engine>@<version>` "
+            "(measured kernels, interpolated log-log), `roofline fitted to profile ...` (a shape "
+            "or format outside its tables), or `roofline` (`all`: every class)."
+        ),
+        examples=[{"gemm": "profile h100-sxm5-80gb vllm@0.24.0", "overhead": "roofline"}],
     )

@@ -13,9 +13,11 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from app.catalog.spec_cache import CachedGpu, SpecCache
+from app.engine.profiles import Profile, ProfiledStepCost, engine_label
 from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec
 from app.engine.step_cost import StepCostModel
-from app.errors import spec_errors
+from app.errors import InvalidInput, spec_errors
+from app.profiles.library import ROOFLINE, choose_profile
 
 __all__ = [
     "INLINE",
@@ -48,6 +50,9 @@ class TargetQuery:
     gpu: str | GpuSpec
     deployment: Deployment = field(default_factory=Deployment)
     efficiency: EfficiencyMode | Efficiency = EfficiencyMode.CALIBRATED
+    engine: str | None = None
+    """`vllm`, `sglang`, `trtllm` (that engine's profile), `name@version`, or `roofline`;
+    None: the GPU's default profile, else the roofline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class TargetEcho:
     kv_dtype: str
     efficiency: EfficiencyUsed
     catalog_versions: dict[str, int]
+    engine: str | None
+    basis: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,9 @@ class Target:
     calibration_id: str | None = None
     price_per_gpu_hour_usd: float | None = None
     expected_error_pct: Mapping[str, float] = field(default_factory=dict)
+    engine: str | None = None
+    """The profile's `engine@version`; None when timed by the roofline."""
+    basis: Mapping[str, str] = field(default_factory=lambda: {"all": ROOFLINE})
 
     def echo(self) -> TargetEcho:
         eff = self.efficiency
@@ -117,6 +127,8 @@ class Target:
                 calibration_id=self.calibration_id,
             ),
             catalog_versions=versions,
+            engine=self.engine,
+            basis=dict(self.basis),
         )
 
     def expected_error(self, *phases: str) -> dict[str, float]:
@@ -187,8 +199,18 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     if mode is not EfficiencyMode.CALIBRATED:  # the GPU's calibration played no part
         extras.pop("calibration_id", None)
         extras.pop("expected_error_pct", None)
+    profile = _profile(cache, cached, query.engine, mode)
     with spec_errors():
-        cost = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
+        if profile is None:
+            cost: StepCostModel = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
+        else:
+            cost = ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
+    if isinstance(cost, ProfiledStepCost):
+        chosen = cost.efficiency
+        extras.pop("calibration_id", None)
+        extras["engine"] = engine_label(cost.profile.engine, cost.profile.version)
+        extras["basis"] = cost.basis
+        extras["expected_error_pct"] = _profile_error(cost)
     return Target(
         model=model_spec,
         gpu=gpu_spec,
@@ -201,3 +223,43 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         model_version=model_version,
         **extras,
     )
+
+
+def _profile(
+    cache: SpecCache, cached: CachedGpu | None, engine: str | None, mode: EfficiencyMode
+) -> Profile | None:
+    """The profile `engine` asks for on this catalog GPU, when the efficiency is calibrated
+    (`ideal` and explicit efficiencies are roofline what-ifs); a 422 naming `engine` for a
+    version the GPU has no profile of."""
+    if cached is None or mode is not EfficiencyMode.CALIBRATED:
+        if engine not in (None, ROOFLINE) and "@" in engine and cached is None:
+            raise InvalidInput.at("engine", "an inline GPU has no profiles")
+        return None
+    ref = choose_profile(cached.profiles, engine)
+    if ref is None:
+        if engine is not None and "@" in engine:
+            have = ", ".join(sorted(r.label for r in cached.profiles)) or "none"
+            raise InvalidInput.at(
+                "engine", f"GPU {cached.spec.id} has no profile {engine} (profiles: {have})"
+            )
+        return None
+    return cache.profile(ref)
+
+
+def _profile_error(cost: ProfiledStepCost) -> dict[str, float]:
+    """Per phase, the RMS of the held-out interpolation errors of the op families it uses."""
+    residuals = cost.profile.residual_pct
+    families = {
+        "prefill": ("gemm", "prefill_attention", "communication"),
+        "decode": ("gemm", "decode_attention", "communication"),
+    }
+    errors = {}
+    for phase, names in families.items():
+        used = [
+            residuals[name]
+            for name in names
+            if name in residuals and cost.basis.get(name, "").startswith("profile")
+        ]
+        if used:
+            errors[phase] = round((sum(e * e for e in used) / len(used)) ** 0.5, 2)
+    return errors

@@ -32,6 +32,7 @@ PLAN: dict[str, Any] = {
     "weight_dtypes": ["bf16"],
     "chunk_tokens": [2048],
     "probe_requests": PROBE_REQUESTS,
+    "engine": "roofline",  # the hand-checked figures below are the roofline's
 }
 CONTRACT = {
     "gpu",
@@ -61,13 +62,14 @@ def post_plan(client: TestClient, **changes: Any) -> dict[str, Any]:
     return answer
 
 
-def meets(client: TestClient, requests_per_s: float) -> bool:
+def meets(client: TestClient, requests_per_s: float, engine: str | None = "roofline") -> bool:
     """One replica at `requests_per_s`, simulated as the planner probes it."""
     response = client.post(
         "/v1/simulations",
         json={
             "model": "llama-3-8b",
             "gpu": "h100-sxm5-80gb",
+            "engine": engine,
             "seed": 0,
             "scheduler": {"max_num_seqs": 256, "max_num_batched_tokens": 2048},
             "workload": {
@@ -108,6 +110,19 @@ def test_hand_checked_plan_agrees_with_separate_simulations(client: TestClient) 
     assert predicted["requests_per_s_per_replica"] == 5.0  # traffic / replicas, no headroom
     assert predicted["ttft_p50_ms"] <= predicted["ttft_p99_ms"] <= 1000
     assert predicted["tpot_p50_ms"] <= predicted["tpot_p99_ms"] <= 50
+
+
+@pytest.mark.slow
+def test_without_engine_plans_are_timed_by_each_gpus_default_profile(client: TestClient) -> None:
+    """The planner probes with the same profile a simulation without `engine` uses: its
+    sustained rate meets the SLOs in a separate simulation, its failing rate does not."""
+    best = post_plan(client, engine=None)["plans"][0]
+    roofline = post_plan(client)["plans"][0]
+    assert best["max_requests_per_s_per_replica"] != pytest.approx(
+        roofline["max_requests_per_s_per_replica"], rel=0.05
+    )
+    assert meets(client, best["max_requests_per_s_per_replica"], engine=None)
+    assert not meets(client, best["failing_requests_per_s_per_replica"], engine=None)
 
 
 def test_plans_are_stored_with_the_catalog_versions_they_used(client: TestClient) -> None:

@@ -18,8 +18,10 @@ from fastapi.testclient import TestClient
 from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
+from app.engine.profiles import ProfiledStepCost
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.profiles.library import bundled_document
 from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}
@@ -33,6 +35,7 @@ BODY: dict[str, Any] = {
         "prompt_tokens": CONSTANT_2K,
         "output_tokens": CONSTANT_256,
     },
+    "engine": "roofline",
 }
 
 
@@ -40,10 +43,37 @@ def body(**changes: Any) -> dict[str, Any]:
     return copy.deepcopy(BODY) | changes
 
 
-def catalog_cost() -> StepCostModel:
+def catalog_cost(*, profiled: bool = False) -> StepCostModel:
+    """The H100's roofline at its catalog efficiency (these tests ask for `engine: roofline`,
+    whose step times are exact formulas); `profiled`: its default vLLM profile."""
     gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == "h100-sxm5-80gb"))
     model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "llama-3-8b"))
+    if profiled:
+        profile = bundled_document("h100-sxm5-80gb-vllm-0.24.0").to_profile()
+        return ProfiledStepCost(model, gpu, Deployment(), profile)
     return StepCostModel(model, gpu, Deployment(), gpu.efficiency)
+
+
+def test_lone_requests_are_timed_by_the_gpus_default_profile(client: TestClient) -> None:
+    """Without `engine` a catalog GPU's default profile times the steps, and the answer says
+    so: the first token after the prefill step and the engine's per-request dispatch (vLLM:
+    0.8 ms x 32 layers); decode steps between memoised contexts are interpolated (within
+    0.5 % here)."""
+    rows = [[100.0 * i, 1000, 50] for i in range(3)]
+    request = body(workload=None, trace=rows)
+    del request["engine"]
+    answer = client.post("/v1/simulations", json=request).json()
+    cost = catalog_cost(profiled=True)
+    assert cost.request_overhead_s == pytest.approx(32 * 0.8e-3, rel=1e-12)
+    ttft_ms = (cost.seconds(prefill_load(1000)) + cost.request_overhead_s) * 1e3
+    tpot_ms = sum(cost.seconds(decode_load(1, c)) for c in range(1001, 1050)) / 49 * 1e3
+    assert answer["ttft_ms"]["p50"] == pytest.approx(ttft_ms, rel=1e-9)
+    assert answer["tpot_ms"]["p50"] == pytest.approx(tpot_ms, rel=5e-3)
+    assert answer["target"]["engine"] == "vllm@0.24.0"
+    assert answer["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb vllm@0.24.0"
+    roofline = client.post("/v1/simulations", json=body(workload=None, trace=rows)).json()
+    assert roofline["target"]["basis"] == {"all": "roofline"}
+    assert roofline["ttft_ms"]["p50"] != pytest.approx(answer["ttft_ms"]["p50"], rel=0.01)
 
 
 def test_lone_requests_take_one_prefill_step_and_their_decode_steps(client: TestClient) -> None:

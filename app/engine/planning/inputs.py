@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from app.engine import memory
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
+from app.engine.profiles import Profile
 from app.engine.simulation import StepTimer
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
@@ -139,6 +140,8 @@ class GpuOffer:
     gpu: GpuSpec
     price_per_gpu_hour_usd: float
     efficiency: Efficiency | None = None
+    profile: Profile | None = None
+    """The measured profile that times it (the roofline at `timing_efficiency` when None)."""
 
     def __post_init__(self) -> None:
         _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)

@@ -19,9 +19,16 @@ from app.engine.planning.analysis import (
     lone_decode_seconds,
     lone_prefill_seconds,
 )
-from app.engine.planning.inputs import MAX_CANDIDATES, GpuOffer, PlanOptions, Slo
+from app.engine.planning.inputs import (
+    MAX_CANDIDATES,
+    GpuOffer,
+    PlanOptions,
+    Slo,
+    step_cost_timer,
+)
 from app.engine.planning.probes import ProbeSample
 from app.engine.planning.results import CandidatePlan, CandidateStatus
+from app.engine.profiles import ProfiledStepCost
 from app.engine.simulation import SchedulerConfig, StepTimer, kv_capacity_tokens
 from app.engine.specs import Deployment, ModelSpec, SpecError
 from app.engine.units import GB, MS_PER_S
@@ -165,6 +172,8 @@ def _timer(
         return f"tp {deployment.tp} exceeds the {options.gpus_per_node} GPUs of a node"
     try:
         validate_tp(model, deployment.tp)  # whatever the timer checks
+        if offer.profile is not None and options.timer_factory is step_cost_timer:
+            return ProfiledStepCost(model, offer.gpu, deployment, offer.profile)
         return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
     except SpecError as error:
         return error.message

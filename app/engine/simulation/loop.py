@@ -106,7 +106,8 @@ def simulate(
         max_steps=max_steps,
     )
     run.execute()
-    return summarise(trace, run, ttft_slo_ms, tpot_slo_ms)
+    request_overhead_s = float(getattr(timer, "request_overhead_s", 0.0))
+    return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
 
 
 class _Run:

@@ -90,12 +90,18 @@ def _backlog_growth(
 
 
 def summarise(
-    trace: Trace, run: _Run, ttft_slo_ms: float | None, tpot_slo_ms: float | None
+    trace: Trace,
+    run: _Run,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+    request_overhead_s: float = 0.0,
 ) -> SimulationResult:
+    """The run's statistics; every request's tokens come `request_overhead_s` later than the
+    steps that made them (the engine's per-request dispatch, outside the step times)."""
     times = RequestTimes(
         arrival_s=trace.arrival_s,
-        first_token_s=np.array(run.first_token_s),
-        finish_s=np.array(run.finish_s),
+        first_token_s=np.array(run.first_token_s) + request_overhead_s,
+        finish_s=np.array(run.finish_s) + request_overhead_s,
         output_tokens=trace.output_tokens,
     )
     done = ~times.rejected

@@ -1,0 +1,22 @@
+"""Measured step time: profiles of GPUs under serving engines, and the step timer built on them."""
+
+from app.engine.profiles.grid import Curve, Grid
+from app.engine.profiles.profile import (
+    AttentionTable,
+    EngineOverhead,
+    OpFamily,
+    Profile,
+    engine_label,
+)
+from app.engine.profiles.timer import ProfiledStepCost
+
+__all__ = [
+    "AttentionTable",
+    "Curve",
+    "EngineOverhead",
+    "Grid",
+    "OpFamily",
+    "Profile",
+    "ProfiledStepCost",
+    "engine_label",
+]

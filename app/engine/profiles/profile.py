@@ -1,0 +1,122 @@
+"""A profile: what one GPU does under one serving engine at one version, as measured.
+
+Tables of kernel time for the ops a step is made of (GEMMs, prefill and decode attention,
+all-reduce), the engine's own per-step cost, roofline efficiencies fitted to the profile's own
+points (for shapes outside every table), and how far its interpolation is from its own
+measurements (`residual_pct`, per op family).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.engine.dtypes import DType
+from app.engine.profiles.grid import Grid
+from app.engine.specs import Efficiency
+
+__all__ = [
+    "AttentionTable",
+    "EngineOverhead",
+    "OpFamily",
+    "Profile",
+    "engine_label",
+]
+
+
+class OpFamily(StrEnum):
+    """The op classes a profile times, as `basis` names them."""
+
+    GEMM = "gemm"
+    PREFILL_ATTENTION = "prefill_attention"
+    DECODE_ATTENTION = "decode_attention"
+    MOE = "moe"
+    COMMUNICATION = "communication"
+    OVERHEAD = "overhead"
+
+
+def engine_label(engine: str, version: str) -> str:
+    return f"{engine}@{version}"
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionTable:
+    """Attention of one head layout on one GPU: milliseconds by (batch, tokens), where tokens
+    is each sequence's prompt length (prefill: causal self-attention of the whole prompt) or
+    its context (decode: one new token attending over it)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    grid: Grid
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOverhead:
+    """The engine's own cost per step, outside the kernels: scheduling, input preparation,
+    sampling, launch. `step_ms + per_sequence_ms * sequences + per_token_ms * tokens`; and,
+    once per request, `prefill_per_layer_ms` per layer before its first token: the CPU-side
+    dispatch of its prefill, which kernel timings do not see."""
+
+    step_ms: float
+    per_sequence_ms: float = 0.0
+    per_token_ms: float = 0.0
+    prefill_per_layer_ms: float = 0.0
+    source: str = ""
+
+    def seconds(self, sequences: int, tokens: int) -> float:
+        return (
+            self.step_ms + self.per_sequence_ms * sequences + self.per_token_ms * tokens
+        ) / 1000.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Profile:
+    """One GPU under one engine version. Times in the tables are milliseconds on one GPU."""
+
+    id: str
+    gpu: str
+    engine: str
+    version: str
+    overhead: EngineOverhead
+    fitted: Efficiency
+    """Roofline efficiencies fitted to this profile's points: the fallback for shapes outside
+    every table (its `overhead_ms` is `overhead.step_ms`)."""
+    gemm: Mapping[DType, Grid] = field(default_factory=dict)
+    """Per compute format: milliseconds by (M tokens, N, K)."""
+    prefill_attention: Mapping[DType, tuple[AttentionTable, ...]] = field(default_factory=dict)
+    """Per KV-cache format."""
+    decode_attention: Mapping[DType, tuple[AttentionTable, ...]] = field(default_factory=dict)
+    all_reduce: Grid | None = None
+    """Milliseconds by (bytes per GPU, GPUs), bf16 activations."""
+    residual_pct: Mapping[str, float] = field(default_factory=dict)
+    """Per op family: RMS relative error of the interpolation against held-out measurements."""
+    source: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"profile {self.gpu} {engine_label(self.engine, self.version)}"
+
+    def attention(
+        self, prefill: bool, kv_dtype: DType, heads: int, kv_heads: int, head_dim: int
+    ) -> tuple[Grid, float] | None:
+        """The table for this head layout and a factor to scale its times by, or None.
+
+        The exact layout when measured; else a measured one with the same head width and GQA
+        group size (query heads per KV head), its times scaled by the ratio of KV heads: at a
+        fixed group size attention's FLOPs and bytes are both linear in the heads."""
+        tables = (self.prefill_attention if prefill else self.decode_attention).get(kv_dtype, ())
+        group = heads / kv_heads
+        best: tuple[float, AttentionTable] | None = None
+        for table in tables:
+            if table.head_dim != head_dim or table.heads / table.kv_heads != group:
+                continue
+            distance = abs(math.log(table.kv_heads / kv_heads))
+            if best is None or distance < best[0]:
+                best = (distance, table)
+        if best is None:
+            return None
+        table = best[1]
+        return table.grid, kv_heads / table.kv_heads

@@ -1,0 +1,323 @@
+"""Step time from measured kernels: `ProfiledStepCost`, a `StepCostModel` whose op classes are
+timed from a `Profile`'s tables where they cover the shape, and by the roofline at the profile's
+fitted efficiencies where they do not.
+
+Built once per (model, GPU, deployment, profile), it reduces the profile's tables to the model's
+own shapes: one curve per linear op class over M (tokens through the layer), one over sequences
+for the LM head, the prefill and decode attention tables of the model's head layout, and the
+all-reduce curve at its tensor-parallel degree. Timing a step is then a handful of curve
+look-ups and sums, like the roofline's.
+
+Per GPU of the tensor-parallel group, a step takes
+
+    sum over layers of GEMM(M, N, K) for QKV, O and the FFN      (N split across tp)
+    + GEMM(sequences, vocab / tp, d)                              (the LM head)
+    + layers x attention(batch, tokens) of the heads on this GPU
+    + 2 x layers x all-reduce(tokens x d x 2 bytes, tp)
+    + MoE router and experts by the roofline (no expert tables yet)
+    + the engine's overhead(sequences, tokens)
+
+and each request's first token waits `request_overhead_s` more: the engine's per-layer dispatch
+of a new request's prefill, which kernel timings do not see (vLLM: 0.8 ms a layer).
+
+A prefill step of c chunks with P query-key pairs in all is timed as c prompts of the length
+whose causal self-attention has P / c pairs (sqrt(2 P / c) tokens): attention work is linear in
+the pairs, whatever split of cached and new tokens makes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.engine.counting import OpClass, expected_distinct_experts
+from app.engine.profiles.grid import Curve, Grid
+from app.engine.profiles.profile import OpFamily, Profile
+from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
+from app.engine.step_cost import StepCostModel
+from app.engine.step_load import StepLoad
+from app.engine.timing import OpTime, StepTime
+
+__all__ = ["ProfiledStepCost"]
+
+_MS = 1e-3
+
+
+def _gemm_ms(grid: Grid, m: float, n: float, k: float) -> float | None:
+    """One GEMM, with N and K beyond the table split into parts that fit (a wide GEMM is several
+    narrower ones; a deep one, several partial sums)."""
+    n_max, k_max = grid.bounds(1)[1], grid.bounds(2)[1]
+    n_parts, k_parts = max(1, math.ceil(n / n_max)), max(1, math.ceil(k / k_max))
+    one = grid.at(m, max(n / n_parts, grid.bounds(1)[0]), max(k / k_parts, grid.bounds(2)[0]))
+    return None if one is None else one * n_parts * k_parts
+
+
+def _curve(
+    xs: tuple[float, ...], time_ms: list[float | None], *, from_one: bool = True
+) -> Curve | None:
+    """Seconds by x from the measured points; None when none was measured (or, `from_one`,
+    when the first measured x is above 1: a token curve must cover a single token)."""
+    points = [(x, t * _MS) for x, t in zip(xs, time_ms, strict=True) if t is not None]
+    if not points or (from_one and points[0][0] > 1):
+        return None
+    return Curve(tuple(x for x, _ in points), tuple(t for _, t in points))
+
+
+class ProfiledStepCost(StepCostModel):
+    """Times `StepLoad`s from `profile`; a `StepCostModel` in every other respect (counts,
+    bounds, coefficients). `efficiency` is the roofline's for shapes the profile does not cover
+    (default: the profile's fitted efficiencies)."""
+
+    __slots__ = (
+        "_allreduce",
+        "_decode_attention",
+        "_ffn_curve",
+        "_layers",
+        "_lm_curve",
+        "_o_curve",
+        "_prefill_attention",
+        "_profile_overhead",
+        "_qkv_curve",
+        "_token_bytes",
+        "basis",
+        "profile",
+    )
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        deployment: Deployment | None,
+        profile: Profile,
+        efficiency: Efficiency | None = None,
+    ) -> None:
+        super().__init__(model, gpu, deployment, efficiency or profile.fitted)
+        self.profile = profile
+        deployment = self.deployment
+        tp, d, layers = deployment.tp, model.hidden_size, model.num_layers
+        self._layers = layers
+        self._profile_overhead = profile.overhead
+        heads = model.num_attention_heads // tp
+        kv_heads = max(1, model.num_kv_heads // tp)
+        h = model.head_dim
+        moe = model.moe
+        dense_layers = layers if moe is None else moe.num_dense_layers
+        gemm = profile.gemm.get(self.gemm_dtype)
+        activation_gemm = profile.gemm.get(deployment.activation_dtype)
+        self._qkv_curve = self._o_curve = self._ffn_curve = self._lm_curve = None
+        if gemm is not None:
+            ms = gemm.axes[0]
+            matrices = model.ffn_type.matrices
+            width = model.intermediate_size / tp
+            self._qkv_curve = _curve(
+                ms, [self._layered(gemm, m, (heads + 2 * kv_heads) * h, d, layers) for m in ms]
+            )
+            self._o_curve = _curve(ms, [self._layered(gemm, m, d, heads * h, layers) for m in ms])
+            if dense_layers and self._has_ffn:
+                up = (matrices - 1) * width
+                self._ffn_curve = _curve(
+                    ms,
+                    [
+                        _sum(
+                            self._layered(gemm, m, up, d, dense_layers),
+                            self._layered(gemm, m, d, width, dense_layers),
+                        )
+                        for m in ms
+                    ],
+                )
+        if activation_gemm is not None:
+            ms = activation_gemm.axes[0]
+            self._lm_curve = _curve(
+                ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms]
+            )
+        self._prefill_attention = profile.attention(True, deployment.kv_dtype, heads, kv_heads, h)
+        self._decode_attention = profile.attention(False, deployment.kv_dtype, heads, kv_heads, h)
+        self._allreduce: Curve | None = None
+        self._token_bytes = d * 2.0
+        if tp > 1 and profile.all_reduce is not None and tp in profile.all_reduce.axes[1]:
+            sizes = profile.all_reduce.axes[0]
+            self._allreduce = _curve(
+                sizes, [profile.all_reduce.at(s, tp) for s in sizes], from_one=False
+            )
+        self.basis = self._basis()
+
+    @property
+    def request_overhead_s(self) -> float:
+        return self._profile_overhead.prefill_per_layer_ms * self._layers / 1000.0
+
+    @staticmethod
+    def _layered(grid: Grid, m: float, n: float, k: float, layers: int) -> float | None:
+        one = _gemm_ms(grid, m, n, k)
+        return None if one is None else one * layers
+
+    def _basis(self) -> dict[str, str]:
+        label, roofline = self.profile.label, f"roofline fitted to {self.profile.label}"
+        linear = (self._qkv_curve, self._o_curve, self._lm_curve)
+        basis = {
+            OpFamily.GEMM.value: label if all(c is not None for c in linear) else roofline,
+            OpFamily.PREFILL_ATTENTION.value: label if self._prefill_attention else roofline,
+            OpFamily.DECODE_ATTENTION.value: label if self._decode_attention else roofline,
+            OpFamily.OVERHEAD.value: label,
+        }
+        if self._has_moe:
+            basis[OpFamily.MOE.value] = roofline
+        if self.deployment.tp > 1:
+            basis[OpFamily.COMMUNICATION.value] = label if self._allreduce else roofline
+        return basis
+
+    # ---- the op classes, each measured or else the roofline's
+
+    def _qkv(self, tokens: int) -> float:
+        t = self._qkv_curve.at(tokens) if self._qkv_curve else None
+        return t if t is not None else max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
+
+    def _o(self, tokens: int) -> float:
+        t = self._o_curve.at(tokens) if self._o_curve else None
+        return t if t is not None else max(tokens * self._o_c, self._o_w + tokens * self._o_a)
+
+    def _ffn(self, tokens: int) -> float:
+        t = self._ffn_curve.at(tokens) if self._ffn_curve else None
+        return t if t is not None else max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
+
+    def _lm(self, sequences: int) -> float:
+        t = self._lm_curve.at(sequences) if self._lm_curve else None
+        if t is not None:
+            return t
+        return max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+
+    def _moe(self, tokens: int) -> float:
+        distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
+        return max(tokens * self._router_c, self._router_w + tokens * self._router_a) + max(
+            tokens * self._exp_c, distinct * self._exp_w + self._exp_shared + tokens * self._exp_a
+        )
+
+    def _prefill_attn(self, tokens: int, chunks: int, pairs: float, kv_tokens: int) -> float:
+        if self._prefill_attention is not None and chunks > 0:
+            grid, scale = self._prefill_attention
+            length = math.sqrt(2.0 * pairs / chunks)
+            t = grid.at(chunks, max(length, 1.0))
+            if t is not None:
+                return t * scale * self._layers * _MS
+        return max(pairs * self._pair_c, tokens * self._qo_kv_s + kv_tokens * self._kv_s)
+
+    def _decode_attn(self, seqs: int, context: int) -> float:
+        if self._decode_attention is not None:
+            grid, scale = self._decode_attention
+            t = grid.at(seqs, max(context / seqs, 1.0))
+            if t is not None:
+                return t * scale * self._layers * _MS
+        return max(context * self._pair_c, seqs * self._qo_kv_s + context * self._kv_s)
+
+    def _communication(self, tokens: int) -> float:
+        if self.deployment.tp <= 1:
+            return 0.0
+        if self._allreduce is not None:
+            size = max(tokens * self._token_bytes, self._allreduce.xs[0])
+            t = self._allreduce.at(size)
+            if t is not None:
+                return t * self.coefficients.allreduces_per_step
+        return tokens * self._comm_s_per_token + self._comm_latency_s
+
+    # ---- StepCostModel
+
+    def step_seconds(  # noqa: PLR0917 - positional: StepLoad's fields, in search loops
+        self,
+        prefill_tokens: int,
+        prefill_chunks: int,
+        prefill_attention_pairs: float,
+        prefill_kv_tokens: int,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> float:
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        sequences = prefill_chunks + decode_seqs
+        total = self._qkv(tokens) + self._o(tokens)
+        if self._has_ffn:
+            total += self._ffn(tokens)
+        if self._has_moe:
+            total += self._moe(tokens)
+        if sequences > 0:
+            total += self._lm(sequences)
+        if prefill_tokens > 0:
+            total += self._prefill_attn(
+                prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
+            )
+        if decode_seqs > 0:
+            total += self._decode_attn(decode_seqs, decode_context_tokens)
+        return (
+            total + self._communication(tokens) + self._profile_overhead.seconds(sequences, tokens)
+        )
+
+    def communication_seconds(self, load: StepLoad) -> float:
+        return self._communication(load.prefill_tokens + load.decode_seqs)
+
+    def breakdown(self, load: StepLoad) -> StepTime:
+        """The roofline's breakdown with each op class's time replaced by the measured one (its
+        compute and memory parts scaled together, so the bound stays the roofline's)."""
+        roofline = super().breakdown(load)
+        tokens, sequences = load.tokens, load.prefill_chunks + load.decode_seqs
+        if tokens <= 0:
+            return roofline
+        measured = {
+            OpClass.QKV_PROJ: lambda: self._qkv(tokens),
+            OpClass.O_PROJ: lambda: self._o(tokens),
+            OpClass.FFN: lambda: self._ffn(tokens),
+            OpClass.LM_HEAD: lambda: self._lm(sequences),
+            OpClass.PREFILL_ATTENTION: lambda: self._prefill_attn(
+                load.prefill_tokens,
+                load.prefill_chunks,
+                load.prefill_attention_pairs,
+                load.prefill_kv_tokens,
+            ),
+            OpClass.DECODE_ATTENTION: lambda: self._decode_attn(
+                load.decode_seqs, load.decode_context_tokens
+            ),
+        }
+        ops = []
+        for op in roofline.ops:
+            timed = measured.get(op.op_class)
+            if timed is None or op.seconds <= 0:
+                ops.append(op)
+                continue
+            factor = timed() / op.seconds
+            ops.append(OpTime(op.op_class, op.compute_s * factor, op.memory_s * factor))
+        return StepTime(
+            tuple(ops),
+            self.communication_seconds(load),
+            self._profile_overhead.seconds(sequences, tokens),
+        )
+
+    def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
+        """Sum of `seconds(first + j * step)` for j in 0..count-1: exact up to 65 steps, else
+        the trapezoid rule over 64 segments plus the end correction (the step time is smooth
+        in j: interpolated log-log between measurements)."""
+        if count <= 0:
+            return 0.0
+        if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
+            raise ValueError("sum_seconds: only attention fields of `step` may vary")
+
+        def at(j: int) -> float:
+            return self.step_seconds(
+                first.prefill_tokens,
+                first.prefill_chunks,
+                first.prefill_attention_pairs + j * step.prefill_attention_pairs,
+                first.prefill_kv_tokens + j * step.prefill_kv_tokens,
+                first.decode_seqs,
+                first.decode_context_tokens + j * step.decode_context_tokens,
+            )
+
+        if count <= 65:
+            return sum(at(j) for j in range(count))
+        last = count - 1
+        marks = sorted({round(i * last / 64) for i in range(65)})
+        values = [at(j) for j in marks]
+        integral = sum(
+            (b - a) * (fa + fb) / 2.0
+            for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
+        )
+        return integral + (values[0] + values[-1]) / 2.0
+
+
+def _sum(*parts: float | None) -> float | None:
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)

@@ -1,0 +1,280 @@
+"""The profile document (`schema_version` 1): measured kernel times of one GPU under one serving
+engine version. `ridgeline import-profiles` writes it from NVIDIA's silicon database, the
+benchmark job's `--profile` mode writes it from the user's GPU, `POST /v1/profiles` takes it,
+and the bundled profiles in `app/formats/profiles/` are instances of it.
+
+Tables are flat, row-major over the product of their axes (last axis fastest), milliseconds on
+one GPU per call (attention and GEMMs: one layer); `null` marks a cell that was not measured.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+
+from app.engine.dtypes import DType
+from app.engine.profiles import AttentionTable, EngineOverhead, Grid, Profile
+from app.engine.specs import Efficiency
+
+__all__ = [
+    "ENGINES",
+    "AllReduceTable",
+    "AttentionTableDoc",
+    "FittedEfficiency",
+    "GemmTable",
+    "OverheadDoc",
+    "ProfileDocument",
+    "ProfileSource",
+]
+
+ENGINES = ("vllm", "sglang", "trtllm")
+"""Serving engines a profile may describe."""
+
+_DOC = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+Lax = Strict(False)
+Axis = Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1, max_length=512)]
+Cells = Annotated[
+    list[Annotated[float, Field(gt=0)] | None], Field(min_length=1, max_length=200_000)
+]
+ComputeFormat = Annotated[DType, Lax]
+EngineName = Literal["vllm", "sglang", "trtllm"]
+Text = Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class _Table(BaseModel):
+    model_config = _DOC
+
+    def _check(self, axes: list[list[float]], ms: list[float | None], names: str) -> None:
+        for axis in axes:
+            if any(b <= a for a, b in itertools.pairwise(axis)):
+                raise ValueError(f"{names}: each axis must be strictly ascending")
+        size = math.prod(len(axis) for axis in axes)
+        if len(ms) != size:
+            raise ValueError(f"ms: {len(ms)} cells for a {names} grid of {size}")
+
+    def grid(self) -> Grid:
+        raise NotImplementedError
+
+
+class GemmTable(_Table):
+    """A GEMM `(M x K) @ (K x N)` in one compute format: ms by (m, n, k)."""
+
+    dtype: ComputeFormat = Field(description="Compute format (`bf16`, `fp8`, ...).")
+    m: Axis = Field(description="M: tokens through the layer.")
+    n: Axis = Field(description="N: output features.")
+    k: Axis = Field(description="K: input features.")
+    ms: Cells = Field(
+        description=("Milliseconds per GEMM, row-major over m x n x k; null: not measured.")
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        self._check([self.m, self.n, self.k], self.ms, "m x n x k")
+        return self
+
+    def grid(self) -> Grid:
+        return Grid((tuple(self.m), tuple(self.n), tuple(self.k)), tuple(self.ms))
+
+
+class AttentionTableDoc(_Table):
+    """Attention of one head layout (per GPU) with one KV-cache format: ms by (batch, tokens);
+    tokens is the prompt length (prefill, causal) or the context (decode)."""
+
+    kv_dtype: ComputeFormat = Field(description="KV-cache format.")
+    heads: int = Field(gt=0, le=1024, description="Query heads on the GPU.")
+    kv_heads: int = Field(gt=0, le=1024, description="KV heads on the GPU.")
+    head_dim: int = Field(gt=0, le=1024, description="Per-head width.")
+    batch: Axis = Field(description="Sequences attended together.")
+    tokens: Axis = Field(description="Prompt length (prefill) or context (decode) of each.")
+    ms: Cells = Field(
+        description=("Milliseconds per layer, row-major over batch x tokens; null: not measured.")
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        self._check([self.batch, self.tokens], self.ms, "batch x tokens")
+        if self.heads % self.kv_heads:
+            raise ValueError("heads: must be a multiple of kv_heads")
+        return self
+
+    def grid(self) -> Grid:
+        return Grid((tuple(self.batch), tuple(self.tokens)), tuple(self.ms))
+
+    def table(self) -> AttentionTable:
+        return AttentionTable(self.heads, self.kv_heads, self.head_dim, self.grid())
+
+
+class AllReduceTable(_Table):
+    """An all-reduce of bf16 activations: ms by (bytes per GPU, GPUs)."""
+
+    bytes: Axis = Field(description="Bytes all-reduced per GPU.")
+    gpus: Annotated[list[Annotated[int, Field(ge=2, le=1024)]], Field(min_length=1)] = Field(
+        description=("GPUs in the group.")
+    )
+    ms: Cells = Field(description="Milliseconds, row-major over bytes x gpus; null: not measured.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        self._check([self.bytes, [float(g) for g in self.gpus]], self.ms, "bytes x gpus")
+        return self
+
+    def grid(self) -> Grid:
+        return Grid((tuple(self.bytes), tuple(float(g) for g in self.gpus)), tuple(self.ms))
+
+
+class OverheadDoc(BaseModel):
+    """The engine's cost per step outside the kernels, milliseconds."""
+
+    model_config = _DOC
+    step_ms: float = Field(ge=0, le=1000, description="Per step.")
+    per_sequence_ms: float = Field(
+        default=0.0, ge=0, le=100, description=("Per running sequence per step.")
+    )
+    per_token_ms: float = Field(
+        default=0.0, ge=0, le=100, description=("Per scheduled token per step.")
+    )
+    prefill_per_layer_ms: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description=("Per layer, in a step that prefills (kernel dispatch)."),
+    )
+    source: Text = Field(description="Where these figures come from.")
+
+
+class FittedEfficiency(BaseModel):
+    """Roofline efficiencies fitted to the profile's own points (what shapes outside every
+    table are timed with)."""
+
+    model_config = _DOC
+    gemm: float = Field(
+        gt=0, le=1, description=("Share of the tensor-core peak the large GEMMs reach.")
+    )
+    attention: float = Field(
+        gt=0, le=1, description=("Share of the bf16 peak long prefill attention reaches.")
+    )
+    memory: float = Field(
+        gt=0, le=1, description=("Share of HBM bandwidth long-context decode attention reaches.")
+    )
+    communication: float = Field(
+        gt=0, le=1, description=("Ring bus bandwidth over the link's one-way bandwidth.")
+    )
+
+
+class ProfileSource(BaseModel):
+    model_config = _DOC
+    title: Text = Field(description="What was measured, by whom, with what.")
+    url: Annotated[str, Field(max_length=2000)] | None = Field(
+        default=None, description=("Where to find it.")
+    )
+    note: Text | None = Field(default=None, description="How the document was derived from it.")
+
+
+_EXAMPLE: dict[str, Any] = {
+    "id": "l4-24gb-vllm-0.24.0-example",
+    "gpu": "l4-24gb",
+    "engine": "vllm",
+    "version": "0.24.0",
+    "source": {"title": "python -m app.bench --profile on one L4 (an example: two sizes)"},
+    "overhead": {"step_ms": 1.0, "per_sequence_ms": 0.005, "source": "assumed"},
+    "fitted": {"gemm": 0.6, "attention": 0.5, "memory": 0.8, "communication": 0.7},
+    "gemm": [
+        {
+            "dtype": "bf16",
+            "m": [1, 4096],
+            "n": [4096, 14336],
+            "k": [4096, 14336],
+            "ms": [0.12, 0.41, 0.42, 1.45, 2.6, 9.1, 9.2, 32.0],
+        }
+    ],
+}
+
+
+class ProfileDocument(BaseModel):
+    """One GPU under one engine version."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        strict=True,
+        json_schema_extra={"examples": [_EXAMPLE]},
+    )
+    schema_version: Literal[1] = Field(default=1, description="Document format version.")
+    id: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,127}$",
+        examples=["h100-sxm5-80gb-vllm-0.24.0"],
+        description="Unique id, e.g. `<gpu>-<engine>-<version>`.",
+    )
+    gpu: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$",
+        examples=["h100-sxm5-80gb"],
+        description="The catalog GPU measured.",
+    )
+    engine: EngineName = Field(description="The serving engine.")
+    version: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$",
+        examples=["0.24.0"],
+        description="The engine version.",
+    )
+    default: bool = Field(
+        default=False, description="The GPU's default profile, for requests that name no engine."
+    )
+    source: ProfileSource = Field(description="Where the measurements come from.")
+    overhead: OverheadDoc = Field(description="The engine's cost per step outside the kernels.")
+    fitted: FittedEfficiency = Field(description="Roofline efficiencies fitted to the points.")
+    residual_pct: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description=("Per op family, held-out interpolation error (percent).")
+    )
+    gemm: list[GemmTable] = Field(
+        default_factory=list, max_length=16, description=("GEMM tables, one per compute format.")
+    )
+    prefill_attention: list[AttentionTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description=("Prefill attention tables, one per head layout and KV format."),
+    )
+    decode_attention: list[AttentionTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description=("Decode attention tables, one per head layout and KV format."),
+    )
+    all_reduce: AllReduceTable | None = Field(default=None, description="All-reduce table.")
+
+    def to_profile(self) -> Profile:
+        """The engine's profile."""
+        prefill: dict[DType, list[AttentionTable]] = {}
+        decode: dict[DType, list[AttentionTable]] = {}
+        for docs, into in ((self.prefill_attention, prefill), (self.decode_attention, decode)):
+            for doc in docs:
+                into.setdefault(doc.kv_dtype, []).append(doc.table())
+        return Profile(
+            id=self.id,
+            gpu=self.gpu,
+            engine=self.engine,
+            version=self.version,
+            overhead=EngineOverhead(
+                self.overhead.step_ms,
+                self.overhead.per_sequence_ms,
+                self.overhead.per_token_ms,
+                self.overhead.prefill_per_layer_ms,
+                self.overhead.source,
+            ),
+            fitted=Efficiency(
+                gemm=self.fitted.gemm,
+                attention=self.fitted.attention,
+                memory=self.fitted.memory,
+                communication=self.fitted.communication,
+                overhead_ms=self.overhead.step_ms,
+                source=f"fitted to profile {self.id}",
+            ),
+            gemm={table.dtype: table.grid() for table in self.gemm},
+            prefill_attention={k: tuple(v) for k, v in prefill.items()},
+            decode_attention={k: tuple(v) for k, v in decode.items()},
+            all_reduce=self.all_reduce.grid() if self.all_reduce else None,
+            residual_pct=dict(self.residual_pct),
+            source=self.source.title,
+        )
