@@ -41,7 +41,7 @@ $(VENV)/.installed-dev: pyproject.toml requirements/dev.lock requirements/bench.
 # Re-resolve the lock files from pyproject.toml (needs uv: pip install uv).
 lock:
 	uv pip compile pyproject.toml --python-version 3.11 -o requirements/service.lock
-	uv pip compile pyproject.toml --python-version 3.11 --extra dev -o requirements/dev.lock
+	uv pip compile pyproject.toml --python-version 3.11 --extra dev --extra profiles -o requirements/dev.lock
 	uv pip compile requirements/bench.in --python-version 3.11 -o requirements/bench.lock
 
 install: $(VENV)/.installed

@@ -102,11 +102,12 @@ class Profile:
     def attention(
         self, prefill: bool, kv_dtype: DType, heads: int, kv_heads: int, head_dim: int
     ) -> tuple[Grid, float] | None:
-        """The table for this head layout and a factor to scale its times by, or None.
+        """The table for this head layout and the ratio of this layout's KV heads to the
+        table's, or None.
 
         The exact layout when measured; else a measured one with the same head width and GQA
-        group size (query heads per KV head), its times scaled by the ratio of KV heads: at a
-        fixed group size attention's FLOPs and bytes are both linear in the heads."""
+        group size (query heads per KV head): at a fixed group size attention's FLOPs and bytes
+        are both linear in the heads, so the ratio counts as that many more sequences."""
         tables = (self.prefill_attention if prefill else self.decode_attention).get(kv_dtype, ())
         group = heads / kv_heads
         best: tuple[float, AttentionTable] | None = None

@@ -193,18 +193,17 @@ class ProfiledStepCost(StepCostModel):
     def _prefill_attn(self, tokens: int, chunks: int, pairs: float, kv_tokens: int) -> float:
         if self._prefill_attention is not None and chunks > 0:
             grid, scale = self._prefill_attention
-            length = math.sqrt(2.0 * pairs / chunks)
-            t = grid.at(chunks, max(length, 1.0))
+            t = _attention_ms(grid, chunks * scale, math.sqrt(2.0 * pairs / chunks))
             if t is not None:
-                return t * scale * self._layers * _MS
+                return t * self._layers * _MS
         return max(pairs * self._pair_c, tokens * self._qo_kv_s + kv_tokens * self._kv_s)
 
     def _decode_attn(self, seqs: int, context: int) -> float:
         if self._decode_attention is not None:
             grid, scale = self._decode_attention
-            t = grid.at(seqs, max(context / seqs, 1.0))
+            t = _attention_ms(grid, seqs * scale, context / seqs)
             if t is not None:
-                return t * scale * self._layers * _MS
+                return t * self._layers * _MS
         return max(context * self._pair_c, seqs * self._qo_kv_s + context * self._kv_s)
 
     def _communication(self, tokens: int) -> float:
@@ -317,6 +316,17 @@ class ProfiledStepCost(StepCostModel):
             for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
         )
         return integral + (values[0] + values[-1]) / 2.0
+
+
+def _attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
+    """One layer's attention of `batch` sequences of `tokens` each, from a table measured on
+    another head count: `batch` already counts the heads in units of the table's (a kernel runs
+    heads and sequences alike in parallel), so the table's latency floor is paid once, not once
+    per extra head group. Beyond the table's largest batch, equal parts that fit."""
+    low, high = grid.bounds(0)
+    parts = max(1, math.ceil(batch / high))
+    one = grid.at(min(max(batch / parts, low), high), max(tokens, 1.0))
+    return None if one is None else one * parts
 
 
 def _sum(*parts: float | None) -> float | None:

@@ -1,0 +1,127 @@
+"""Ridgeline against published measurements of real serving runs (docs/validation/published.json):
+per metric, the mean absolute error and the signed bias (negative: the estimate is faster than
+the measurement, what under-provisions a cluster), with the roofline at the GPU's catalog
+efficiency ("roofline") and with the measured profile of the run's engine where the GPU has one,
+else its default profile ("profile").
+
+    .venv/bin/python scripts/validate_published.py [--points]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
+from app.engine.dtypes import DType
+from app.engine.estimates import estimate_prefill, estimate_request
+from app.engine.profiles import ProfiledStepCost
+from app.engine.specs import Deployment, SpecError
+from app.engine.step_cost import StepCostModel
+from app.profiles.library import bundled_document, bundled_refs, choose_profile
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "validation" / "published.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    point: str
+    metric: str
+    basis: str
+    measured: float
+    estimated: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.estimated / self.measured - 1.0)
+
+
+def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]:
+    gpus = {g["id"]: g for g in bundled_gpus()}
+    models = {m["id"]: m for m in bundled_models()}
+    gpu = gpu_spec_from_fields(gpus[point["gpu"]])
+    model = model_spec_from_fields(models[point["model"]])
+    weight = DType(point["weight_dtype"])
+    deployment = Deployment(tp=point["tp"], weight_dtype=weight, kv_dtype=DType.BF16)
+    if use_profile:
+        refs = tuple(r for r in bundled_refs() if r.gpu == gpu.id)
+        # As the service chooses: the run's engine's profile; the roofline when the GPU has
+        # none for that engine; the GPU's default when the source names no engine.
+        ref = choose_profile(refs, point["engine"])
+        if ref is not None:
+            profile = bundled_document(ref.id).to_profile()
+            return ProfiledStepCost(model, gpu, deployment, profile), profile.label
+    return StepCostModel(model, gpu, deployment, gpu.efficiency), "roofline"
+
+
+def compare(use_profile: bool) -> list[Comparison]:
+    """Every comparable figure of the published set."""
+    found = []
+    for point in json.loads(PUBLISHED.read_text())["static"]:
+        try:
+            cost, basis = _cost(point, use_profile)
+            batch, prompt, output = (
+                point["batch_size"],
+                point["prompt_tokens"],
+                point["output_tokens"],
+            )
+            estimates: dict[str, float] = {}
+            if "ttft_ms" in point["measured"]:
+                prefill = estimate_prefill(cost, prompt_tokens=prompt, batch_size=batch)
+                estimates["ttft_ms"] = prefill.ttft_ms
+            if {"tpot_ms", "e2e_ms"} & point["measured"].keys() and output > 1:
+                request = estimate_request(
+                    cost, prompt_tokens=prompt, output_tokens=output, batch_size=batch
+                )
+                estimates["tpot_ms"], estimates["e2e_ms"] = request.tpot_ms, request.e2e_ms
+        except SpecError as error:
+            print(f"skipped {point['id']}: {error}")
+            continue
+        for metric, measured in point["measured"].items():
+            if metric in estimates:
+                found.append(Comparison(point["id"], metric, basis, measured, estimates[metric]))
+    return found
+
+
+def summary(comparisons: list[Comparison]) -> dict[str, tuple[int, float, float]]:
+    """Per metric and overall: (points, mean absolute error %, mean signed error %)."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for c in comparisons:
+        groups[c.metric].append(c.error_pct)
+        groups["all"].append(c.error_pct)
+    return {
+        name: (len(errors), statistics.fmean(abs(e) for e in errors), statistics.fmean(errors))
+        for name, errors in groups.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", action="store_true", help="print every comparison")
+    args = parser.parse_args()
+    results = {"roofline": compare(False), "profile": compare(True)}
+    print(
+        f"{'metric':<10} {'n':>3} {'roofline MAE':>13} {'bias':>7} {'profile MAE':>12} {'bias':>7}"
+    )
+    before, after = summary(results["roofline"]), summary(results["profile"])
+    for metric in sorted(before):
+        n, mae0, bias0 = before[metric]
+        _, mae1, bias1 = after[metric]
+        print(f"{metric:<10} {n:>3} {mae0:>12.1f}% {bias0:>+6.1f}% {mae1:>11.1f}% {bias1:>+6.1f}%")
+    if args.points:
+        for old, new in zip(results["roofline"], results["profile"], strict=True):
+            print(
+                f"{old.point:<45} {old.metric:<8} measured {old.measured:>9.1f}  roofline "
+                f"{old.estimated:>9.1f} ({old.error_pct:+6.1f}%)  {new.basis}: "
+                f"{new.estimated:>9.1f} ({new.error_pct:+6.1f}%)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Profiles over HTTP: the bundled ones listed per GPU, the `engine` a request names and the
+`basis` every answer reports, uploads, and the bundled tables against their source."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq  # the profiles extra, in the dev lock
+import pytest
+from fastapi.testclient import TestClient
+
+from app.engine.dtypes import DType
+from app.formats.profile_document import ProfileDocument
+from app.profiles.aiconfigurator import systems_dir
+from app.profiles.library import bundled_document, bundled_refs
+from tests.conftest import AUTH
+
+PREFILL = {"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}
+H100 = "h100-sxm5-80gb"
+
+
+def upload(gpu: str = "l4-24gb", **changes: Any) -> dict[str, Any]:
+    document: dict[str, Any] = copy.deepcopy(ProfileDocument.model_json_schema()["examples"][0])
+    document |= {"gpu": gpu, "id": f"{gpu}-vllm-9.9.9", "version": "9.9.9"}
+    document |= changes
+    return document
+
+
+def test_a_gpu_lists_its_bundled_profiles_with_their_sources(client: TestClient) -> None:
+    answer = client.get(f"/v1/gpus/{H100}/profiles").json()
+    by_engine = {item["engine"]: item for item in answer["items"]}
+    assert set(by_engine) == {"vllm", "sglang", "trtllm"}
+    assert [item["default"] for item in answer["items"]].count(True) == 1
+    assert by_engine["vllm"]["default"] is True
+    assert "aiconfigurator-core 0.12.0" in by_engine["vllm"]["source"]["title"]
+    assert 0.5 < by_engine["vllm"]["fitted"]["gemm"] < 1.0
+    assert client.get("/v1/gpus/nope/profiles").status_code == 404
+    whole = client.get(f"/v1/profiles/{by_engine['vllm']['id']}").json()
+    assert whole["document"]["gemm"][0]["dtype"] == "bf16"
+
+
+@pytest.mark.parametrize(
+    ("engine", "label"),
+    [
+        (None, "vllm@0.24.0"),
+        ("vllm", "vllm@0.24.0"),
+        ("sglang", "sglang@0.5.14"),
+        ("trtllm@1.3.0rc20", "trtllm@1.3.0rc20"),
+    ],
+)
+def test_the_engine_chooses_the_profile_and_the_answer_says_so(
+    client: TestClient, engine: str | None, label: str
+) -> None:
+    body = PREFILL | ({"engine": engine} if engine else {})
+    answer = client.post("/v1/estimates/prefill", json=body).json()
+    assert answer["target"]["engine"] == label
+    assert answer["target"]["basis"]["gemm"] == f"profile {H100} {label}"
+    assert answer["target"]["basis"]["overhead"] == f"profile {H100} {label}"
+    assert set(answer["expected_error_pct"]) == {"prefill"}
+    assert 0 < answer["expected_error_pct"]["prefill"] < 30
+
+
+def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestClient) -> None:
+    for extra in (
+        {"engine": "roofline"},
+        {"efficiency": "ideal"},
+        {"engine": "sglang", "efficiency": "ideal"},
+    ):
+        answer = client.post("/v1/estimates/prefill", json=PREFILL | extra).json()
+        assert answer["target"]["engine"] is None
+        assert answer["target"]["basis"] == {"all": "roofline"}
+    # An engine the GPU has no profile of is the roofline too; a version it lacks is a 422.
+    l4 = client.post("/v1/estimates/prefill", json=PREFILL | {"gpu": "l4-24gb", "engine": "vllm"})
+    assert l4.json()["target"]["basis"] == {"all": "roofline"}
+    missing = client.post("/v1/estimates/prefill", json=PREFILL | {"engine": "vllm@0.1.0"})
+    assert missing.status_code == 422
+    assert missing.json()["errors"][0]["field"] == "engine"
+    assert "vllm@0.24.0" in missing.json()["errors"][0]["message"]
+    bad = client.post("/v1/estimates/prefill", json=PREFILL | {"engine": "tgi"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "engine"
+
+
+def test_engines_give_different_answers_each_from_its_own_kernels(client: TestClient) -> None:
+    times = {
+        engine: client.post("/v1/estimates/prefill", json=PREFILL | {"engine": engine}).json()
+        for engine in ("vllm", "sglang", "trtllm", "roofline")
+    }
+    # vLLM waits 0.8 ms per layer to dispatch a new request's prefill: 32 layers of Llama-3-8B.
+    assert times["vllm"]["ttft_ms"] - times["sglang"]["ttft_ms"] > 20
+    assert len({round(t["ttft_ms"], 3) for t in times.values()}) == 4
+
+
+def test_an_uploaded_default_profile_times_the_gpu_from_then_on(client: TestClient) -> None:
+    body = PREFILL | {"gpu": "l4-24gb"}
+    before = client.post("/v1/estimates/prefill", json=body).json()
+    assert before["target"]["basis"] == {"all": "roofline"}
+    created = client.post("/v1/profiles", json=upload(default=True), headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.headers["location"] == "/v1/profiles/l4-24gb-vllm-9.9.9"
+    after = client.post("/v1/estimates/prefill", json=body).json()
+    assert after["target"]["engine"] == "vllm@9.9.9"
+    assert after["target"]["basis"]["gemm"] == "profile l4-24gb vllm@9.9.9"
+    assert after["ttft_ms"] != pytest.approx(before["ttft_ms"], rel=0.01)
+    listed = client.get("/v1/gpus/l4-24gb/profiles").json()["items"]
+    assert [p["id"] for p in listed] == ["l4-24gb-vllm-9.9.9"]
+    again = client.post("/v1/profiles", json=upload(default=True), headers=AUTH)
+    assert again.status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"gpu": "no-such-gpu", "id": "x-1"}, "gpu"),
+        ({"engine": "tgi"}, "engine"),
+        ({"gemm": [{"dtype": "bf16", "m": [1, 2], "n": [1], "k": [1], "ms": [0.1]}]}, "gemm.0"),
+        (
+            {"gemm": [{"dtype": "bf16", "m": [2, 1], "n": [1], "k": [1], "ms": [0.1, 0.2]}]},
+            "gemm.0",
+        ),
+    ],
+)
+def test_bad_uploads_are_422_naming_the_field_and_store_nothing(
+    client: TestClient, changes: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/profiles", json=upload(**changes), headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"].startswith(field)
+    assert client.get("/v1/gpus/l4-24gb/profiles").json()["items"] == []
+
+
+def test_uploads_need_a_key(client: TestClient) -> None:
+    assert client.post("/v1/profiles", json=upload()).status_code == 401
+
+
+def test_calibrating_a_gpu_leaves_its_profiled_answers_unchanged(client: TestClient) -> None:
+    """A calibration fits the roofline's efficiencies to benchmark runs: answers timed by a
+    measured profile (another team's engine) do not move; roofline answers do."""
+    body = {"model": "llama-3.1-8b", "gpu": "a100-sxm4-80gb", "prompt_tokens": 4096}
+    profiled = client.post("/v1/estimates/prefill", json=body).json()
+    roofline = client.post("/v1/estimates/prefill", json=body | {"engine": "roofline"}).json()
+    calibration = client.post(
+        "/v1/gpus/a100-sxm4-80gb/calibrations",
+        json={"parameters": ["gemm"], "run_ids": ["ref-seed000-a100-sxm4-80gb-llama-3-8b"]},
+        headers=AUTH,
+    )
+    assert calibration.status_code == 201, calibration.text
+    profiled_after = client.post("/v1/estimates/prefill", json=body).json()
+    roofline_after = client.post("/v1/estimates/prefill", json=body | {"engine": "roofline"}).json()
+    assert profiled_after["ttft_ms"] == pytest.approx(profiled["ttft_ms"], rel=1e-12)
+    assert roofline_after["target"]["efficiency"]["calibration_id"] is not None
+    assert roofline["target"]["efficiency"]["calibration_id"] is None
+
+
+_SYSTEMS = {"h100-sxm5-80gb": "h100_sxm", "a100-sxm4-80gb": "a100_sxm", "l40s-48gb": "l40s"}
+
+
+@pytest.mark.parametrize("profile_id", [r.id for r in bundled_refs() if r.gpu in _SYSTEMS])
+def test_bundled_profiles_reproduce_their_source_points(profile_id: str) -> None:
+    """400 GEMM and 200 attention measurements drawn from aiconfigurator-core's own Parquet
+    tables, read back from the bundled profile within 2 %."""
+    document = bundled_document(profile_id)
+    profile = document.to_profile()
+    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
+    engine_dir = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}[document.engine]
+    note = document.source.note or ""
+    gemm_dir = Path(note.split("gemm from ")[1].split(",")[0])
+    rows = pq.read_table(data / gemm_dir / "gemm_perf.parquet").to_pylist()
+    fastest: dict[tuple[str, int, int, int], float] = {}
+    for row in rows:
+        if row["gemm_dtype"] in ("bfloat16", "fp8") and row["m"] & (row["m"] - 1) == 0:
+            key = (row["gemm_dtype"], row["m"], row["n"], row["k"])
+            fastest[key] = min(fastest.get(key, float("inf")), row["latency"])
+    sample = random.Random(0).sample(sorted(fastest), 400)
+    for dtype, m, n, k in sample:
+        grid = profile.gemm[DType.BF16 if dtype == "bfloat16" else DType.FP8]
+        assert grid.at(m, n, k) == pytest.approx(fastest[(dtype, m, n, k)], rel=0.02)
+    assert engine_dir in str(gemm_dir)
+    attention_dir = Path(note.split("attention from ")[1].split(",")[0])
+    rows = pq.read_table(data / attention_dir / "context_attention_perf.parquet").to_pylist()
+    kept = [
+        r
+        for r in rows
+        if r["attn_dtype"] == "bfloat16"
+        and r["kv_cache_dtype"] == "bfloat16"
+        and not r.get("window_size", 0)
+        and r["head_dim"] == 128
+    ]
+    for row in random.Random(1).sample(kept, 200):
+        found = profile.attention(
+            True, DType.BF16, row["num_heads"], row["num_key_value_heads"], 128
+        )
+        assert found is not None
+        grid, scale = found
+        assert scale == 1.0
+        measured = grid.at(row["batch_size"], row["isl"])
+        assert measured is not None
+        assert measured <= row["latency"] * 1.02  # the fastest kernel of its shape

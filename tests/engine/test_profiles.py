@@ -1,0 +1,180 @@
+"""Profiles: log-log interpolation, the fallback outside the tables, and step times from
+hand-made tables whose right answers are known in closed form."""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+import pytest
+
+from app.engine.counting import OpClass
+from app.engine.dtypes import DType
+from app.engine.profiles import (
+    AttentionTable,
+    Curve,
+    EngineOverhead,
+    Grid,
+    Profile,
+    ProfiledStepCost,
+)
+from app.engine.profiles.fit import gemm_efficiency, held_out_error_pct
+from app.engine.specs import Deployment, Efficiency, FfnType, GpuSpec, InterconnectSpec, ModelSpec
+from app.engine.step_cost import StepCostModel, decode_load, prefill_load
+from app.engine.step_load import StepLoad
+
+GPU = GpuSpec(
+    id="test-gpu",
+    memory_bytes=80 * 2**30,
+    memory_bandwidth_bytes_per_s=3.0e12,
+    peak_flops_per_s={DType.BF16: 1.0e15, DType.FP8: 2.0e15},
+    interconnect=InterconnectSpec(kind="nvlink", bandwidth_bytes_per_s=9e11, latency_s=1e-6),
+)
+MODEL = ModelSpec(
+    num_layers=4,
+    hidden_size=1024,
+    num_attention_heads=8,
+    num_kv_heads=2,
+    head_dim=128,
+    intermediate_size=4096,
+    ffn_type=FfnType.GATED,
+    vocab_size=32768,
+    max_context_tokens=32768,
+)
+POWERS = tuple(float(2**i) for i in range(0, 16))  # 1 .. 32,768
+WIDTHS = tuple(float(2**i) for i in range(6, 17))  # 64 .. 65,536
+RATE = 5.0e14  # FLOP/s the hand-made GEMMs run at: 50 % of peak, with a 5 us floor
+FLOOR_MS = 5e-3
+
+
+def gemm_ms(m: float, n: float, k: float) -> float:
+    return FLOOR_MS + 2.0 * m * n * k / RATE * 1e3
+
+
+def power_grid() -> Grid:
+    """GEMM time exactly proportional to m * n * k: log-log interpolation is exact on it."""
+    values = tuple(2.0 * m * n * k / RATE * 1e3 for m, n, k in product(POWERS, WIDTHS, WIDTHS))
+    return Grid((POWERS, WIDTHS, WIDTHS), values)
+
+
+def attention_grid(per_pair_ms: float) -> Grid:
+    batches, lengths = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0), POWERS
+    values = tuple(per_pair_ms * b * n * n for b, n in product(batches, lengths))
+    return Grid((batches, lengths), values)
+
+
+def profile(**changes: object) -> Profile:
+    fields: dict[str, object] = {
+        "id": "test-gpu-vllm-1.0",
+        "gpu": "test-gpu",
+        "engine": "vllm",
+        "version": "1.0",
+        "overhead": EngineOverhead(step_ms=1.0, per_sequence_ms=0.01, prefill_per_layer_ms=0.5),
+        "fitted": Efficiency(gemm=0.5, attention=0.5, memory=0.8, communication=0.8),
+        "gemm": {DType.BF16: power_grid()},
+        "prefill_attention": {DType.BF16: (AttentionTable(4, 1, 128, attention_grid(1e-7)),)},
+        "decode_attention": {DType.BF16: (AttentionTable(4, 1, 128, attention_grid(1e-9)),)},
+        "residual_pct": {"gemm": 3.0, "prefill_attention": 4.0, "decode_attention": 5.0},
+    }
+    fields.update(changes)
+    return Profile(**fields)  # type: ignore[arg-type]
+
+
+def test_log_log_interpolation_is_exact_on_a_power_law_and_refuses_outside() -> None:
+    grid = Grid(((1.0, 4.0), (10.0, 1000.0)), (1.0, 100.0, 4.0, 400.0))  # value = x * y / 10
+    assert grid.at(2.0, 100.0) == pytest.approx(2.0 * 100.0 / 10, rel=1e-12)
+    assert grid.at(0.5, 100.0) is None  # below the measurements
+    assert grid.at(2.0, 2000.0) is None  # beyond them
+    gap = Grid(((1.0, 4.0), (10.0, 1000.0)), (1.0, None, 4.0, 400.0))
+    assert gap.at(2.0, 100.0) is None  # beside a cell nobody measured
+    assert gap.at(4.0, 1000.0) == pytest.approx(400.0)
+
+
+def test_a_curve_splits_work_beyond_its_last_point() -> None:
+    curve = Curve((1.0, 1024.0), (1.0, 1024.0))
+    assert curve.at(32.0) == pytest.approx(32.0, rel=1e-12)
+    assert curve.at(4096.0) == pytest.approx(4 * 1024.0, rel=1e-12)  # four runs of 1,024
+    assert curve.at(0.5) is None
+
+
+def test_a_step_is_the_sum_of_its_measured_ops() -> None:
+    """One decode step of 8 sequences at 1,024 tokens, by hand: four layers of QKV (n = 1,536),
+    O (1,024 x 1,024), gate-up (8,192) and down GEMMs at M = 8, the LM head, decode attention
+    (8 query heads on 2 KV heads: twice the table's 1 KV head, as 16 sequences), overhead."""
+    cost = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    m, d, layers = 8.0, 1024.0, 4
+
+    def power(m: float, n: float, k: float) -> float:
+        return 2.0 * m * n * k / RATE * 1e3
+
+    linear_ms = layers * (
+        power(m, 1536, d) + power(m, d, d) + power(m, 8192, d) + power(m, d, 4096)
+    )
+    lm_ms = power(m, 32768, d)
+    attention_ms = layers * 1e-9 * 16 * 1024 * 1024
+    overhead_ms = 1.0 + 0.01 * 8
+    expected_s = (linear_ms + lm_ms + attention_ms + overhead_ms) / 1e3
+    assert cost.seconds(decode_load(8, 1024)) == pytest.approx(expected_s, rel=1e-9)
+    assert cost.breakdown(decode_load(8, 1024)).total_s == pytest.approx(expected_s, rel=1e-9)
+    assert cost.request_overhead_s == pytest.approx(4 * 0.5e-3)
+    label = "profile test-gpu vllm@1.0"
+    assert cost.basis == {
+        "gemm": label,
+        "prefill_attention": label,
+        "decode_attention": label,
+        "overhead": label,
+    }
+
+
+def test_prefill_attention_is_timed_at_the_equivalent_causal_length() -> None:
+    """A 512-token chunk after 1,536 cached tokens has 512 * 1536 + 512 * 513 / 2 pairs: the
+    table is read at the prompt whose causal self-attention has that many."""
+    cost = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    load = prefill_load(512, cached_tokens=1536)
+    length = math.sqrt(2.0 * load.prefill_attention_pairs)
+    breakdown = cost.breakdown(load)
+    attention = next(op for op in breakdown.ops if op.op_class.value == "prefill_attention")
+    assert attention.seconds == pytest.approx(4 * 1e-7 * 2 * length * length / 1e3, rel=1e-9)
+
+
+def test_shapes_outside_every_table_fall_back_to_the_roofline_at_the_fitted_efficiency() -> None:
+    """fp8 weights: the profile has only bf16 GEMMs, so the GEMMs are the roofline's at the
+    profile's fitted efficiency; a head layout of another group size, likewise attention."""
+    fp8 = Deployment(weight_dtype=DType.FP8)
+    cost = ProfiledStepCost(MODEL, GPU, fp8, profile())
+    assert cost.basis["gemm"] == "roofline fitted to profile test-gpu vllm@1.0"
+    roofline = StepCostModel(MODEL, GPU, fp8, profile().fitted)
+    load = decode_load(8, 1024)
+    measured = {op.op_class: op.seconds for op in cost.breakdown(load).ops}
+    modelled = {op.op_class: op.seconds for op in roofline.breakdown(load).ops}
+    for op_class in ("qkv_proj", "o_proj", "ffn"):
+        assert measured[OpClass(op_class)] == pytest.approx(modelled[OpClass(op_class)], rel=1e-12)
+    other_group = profile(
+        decode_attention={DType.BF16: (AttentionTable(8, 8, 128, attention_grid(1e-6)),)},
+        prefill_attention={},
+    )
+    fallback = ProfiledStepCost(MODEL, GPU, Deployment(), other_group)
+    assert fallback.basis["decode_attention"].startswith("roofline fitted")
+    assert fallback.basis["prefill_attention"].startswith("roofline fitted")
+
+
+def test_long_steps_sum_within_a_tenth_of_a_percent_of_step_by_step() -> None:
+    cost = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    first = StepLoad(decode_seqs=16, decode_context_tokens=16 * 100)
+    step = StepLoad(decode_context_tokens=16)
+    exact = sum(cost.seconds(first + StepLoad(decode_context_tokens=16 * j)) for j in range(2000))
+    assert cost.sum_seconds(first, step, 2000) == pytest.approx(exact, rel=1e-3)
+
+
+def test_fitted_efficiency_and_held_out_error_of_a_known_table() -> None:
+    """Large GEMMs of the power-law table run at exactly 50 % of the bf16 peak; held out, each
+    interior cell of a power law is predicted exactly by its neighbours."""
+    grid = power_grid()
+    assert gemm_efficiency(grid, GPU, DType.BF16) == pytest.approx(0.5, rel=1e-12)
+    assert held_out_error_pct(grid) == pytest.approx(0.0, abs=1e-9)
+    floored = Grid(
+        (POWERS, WIDTHS, WIDTHS),
+        tuple(gemm_ms(m, n, k) for m, n, k in product(POWERS, WIDTHS, WIDTHS)),
+    )
+    bent = held_out_error_pct(floored)
+    assert bent is not None and bent > 1.0  # the floor bends the curve: not free
