@@ -23,6 +23,7 @@ from app.plans import endpoints as plans
 from app.profiles import endpoints as profiles
 from app.runs import endpoints as runs
 from app.runs.validation import watch as watch_expected_errors
+from app.serving_runs import endpoints as serving_runs
 from app.settings import Settings, get_settings
 from app.simulations import endpoints as simulations
 from app.web import health
@@ -127,6 +128,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     app.include_router(simulations.router)
     app.include_router(plans.router)
     app.include_router(profiles.router)
+    app.include_router(serving_runs.router)
     install_docs(app)
     install_openapi(app)
     app.add_middleware(

@@ -6,6 +6,7 @@ from app.db.session import Base
 from app.plans.repository import PlanRow
 from app.profiles.orm import ProfileRow
 from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
+from app.serving_runs.orm import ServingRunRow
 
 __all__ = [
     "Base",
@@ -18,4 +19,5 @@ __all__ = [
     "ModelRow",
     "PlanRow",
     "ProfileRow",
+    "ServingRunRow",
 ]

@@ -7,7 +7,9 @@ estimate answer is built from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -201,10 +203,13 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         extras.pop("expected_error_pct", None)
     profile = _profile(cache, cached, query.engine, mode)
     with spec_errors():
-        if profile is None:
+        if profile is None or cached is None:
             cost: StepCostModel = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
         else:
-            cost = ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
+            key = (model_spec, gpu_spec.id, cached.version, query.deployment, profile.id)
+            cost = _PROFILED.get(key) or _PROFILED.put(
+                key, ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
+            )
     if isinstance(cost, ProfiledStepCost):
         chosen = cost.efficiency
         extras.pop("calibration_id", None)
@@ -223,6 +228,34 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         model_version=model_version,
         **extras,
     )
+
+
+class _Recent:
+    """The most recently built profiled timers: building one reduces the profile's tables to the
+    model's shapes (about a millisecond), which the estimate hot path must not pay per request.
+    Keys carry the GPU's catalog version, so a write is never answered from here."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[Hashable, ProfiledStepCost] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> ProfiledStepCost | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, cost: ProfiledStepCost) -> ProfiledStepCost:
+        with self._lock:
+            self._entries[key] = cost
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return cost
+
+
+_PROFILED = _Recent(256)
 
 
 def _profile(

@@ -64,6 +64,8 @@ def test_every_example_answers_2xx(client: TestClient) -> None:
             created["plan_id"] = location.rsplit("/", 1)[-1]
         if method == "post" and "/calibrations/" in location:
             created["calibration_id"] = location.rsplit("/", 1)[-1]
+        if method == "post" and "/serving-runs/" in location:
+            created["serving_run_id"] = location.rsplit("/", 1)[-1]
         answered.append(f"{method.upper()} {path}")
     assert len(answered) == sum(len(item) for item in document["paths"].values()) >= 30
 

@@ -1,0 +1,1 @@
+"""Serving-benchmark results users upload, and how the simulator compares with them."""
