@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
+from app.engine.profiles import ProfiledStepCost
 from app.engine.simulation import SchedulerConfig, SimulationResult, simulate
 from app.engine.specs import (
     Deployment,
@@ -31,6 +32,7 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload, Trace
+from app.profiles.library import bundled_document
 
 
 def catalog_target() -> tuple[ModelSpec, GpuSpec]:
@@ -56,10 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="time steps with the H100's bundled vLLM profile instead of the roofline",
+    )
     args = parser.parse_args()
 
     model, gpu = catalog_target()
-    timer = StepCostModel(model, gpu, Deployment(), gpu.efficiency)
+    timer: StepCostModel = StepCostModel(model, gpu, Deployment(), gpu.efficiency)
+    if args.profile:
+        profile = bundled_document("h100-sxm5-80gb-vllm-0.24.0").to_profile()
+        timer = ProfiledStepCost(model, gpu, Deployment(), profile)
     plan = memory_plan(model, gpu, Deployment())
     kv_tokens = int(plan.kv_pool_bytes / plan.kv_bytes_per_token)
 

@@ -128,10 +128,11 @@ def test_a_step_is_the_sum_of_its_measured_ops() -> None:
 
 def test_prefill_attention_is_timed_at_the_equivalent_causal_length() -> None:
     """A 512-token chunk after 1,536 cached tokens has 512 * 1536 + 512 * 513 / 2 pairs: the
-    table is read at the prompt whose causal self-attention has that many."""
+    table is read at the prompt whose causal self-attention has that many (to the nearest
+    token)."""
     cost = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
     load = prefill_load(512, cached_tokens=1536)
-    length = math.sqrt(2.0 * load.prefill_attention_pairs)
+    length = round(math.sqrt(2.0 * load.prefill_attention_pairs))
     breakdown = cost.breakdown(load)
     attention = next(op for op in breakdown.ops if op.op_class.value == "prefill_attention")
     assert attention.seconds == pytest.approx(4 * 1e-7 * 2 * length * length / 1e3, rel=1e-9)

@@ -22,11 +22,17 @@ def _bracket(logs: Sequence[float], x: float) -> tuple[int, float] | None:
     """(i, w): `x` lies between logs[i] and logs[i+1] at fraction w; None outside."""
     if x < logs[0] - 1e-12 or x > logs[-1] + 1e-12:
         return None
-    if len(logs) == 1:
+    last = len(logs) - 2
+    if last < 0:
         return 0, 0.0
-    i = min(max(bisect_right(logs, x) - 1, 0), len(logs) - 2)
-    span = logs[i + 1] - logs[i]
-    return i, min(max((x - logs[i]) / span, 0.0), 1.0)
+    i = bisect_right(logs, x) - 1
+    if i < 0:
+        i = 0
+    elif i > last:
+        i = last
+    low = logs[i]
+    w = (x - low) / (logs[i + 1] - low)
+    return i, 0.0 if w < 0.0 else 1.0 if w > 1.0 else w
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,30 @@ class Grid:
 
     def bounds(self, axis: int) -> tuple[float, float]:
         return self.axes[axis][0], self.axes[axis][-1]
+
+    def at2(self, x: float, y: float) -> float | None:
+        """`at(x, y)` of a two-axis grid, without the general loop (the simulator's hot path
+        reads attention tables here, a few microseconds a step)."""
+        if not (x > 0 and y > 0):
+            return None
+        log_x, log_y = self._log_axes
+        found_x, found_y = _bracket(log_x, math.log(x)), _bracket(log_y, math.log(y))
+        if found_x is None or found_y is None:
+            return None
+        (i, wx), (j, wy) = found_x, found_y
+        width, values = len(log_y), self._log_values
+        total = 0.0
+        for di, weight_x in ((0, 1.0 - wx), (1, wx)):
+            if weight_x == 0.0:
+                continue
+            for dj, weight_y in ((0, 1.0 - wy), (1, wy)):
+                if weight_y == 0.0:
+                    continue
+                value = values[(i + di) * width + j + dj]
+                if value is None:
+                    return None
+                total += weight_x * weight_y * value
+        return math.exp(total)
 
     def at(self, *point: float) -> float | None:
         """The value at `point`, interpolated log-log between the measured cells around it;

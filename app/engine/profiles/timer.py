@@ -21,8 +21,10 @@ and each request's first token waits `request_overhead_s` more: the engine's per
 of a new request's prefill, which kernel timings do not see (vLLM: 0.8 ms a layer).
 
 A prefill step of c chunks with P query-key pairs in all is timed as c prompts of the length
-whose causal self-attention has P / c pairs (sqrt(2 P / c) tokens): attention work is linear in
-the pairs, whatever split of cached and new tokens makes them.
+whose causal self-attention has P / c pairs (sqrt(2 P / c) tokens, to the nearest token):
+attention work is linear in the pairs, whatever split of cached and new tokens makes them. A
+decode step is read at its mean context, to the nearest token. Each op class's time is
+remembered by its (rounded) shape, so a simulation pays the table look-ups once per shape.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from app.engine.timing import OpTime, StepTime
 __all__ = ["ProfiledStepCost"]
 
 _MS = 1e-3
+_MEMO_ENTRIES = 1 << 16
 
 
 def _gemm_ms(grid: Grid, m: float, n: float, k: float) -> float | None:
@@ -70,11 +73,15 @@ class ProfiledStepCost(StepCostModel):
     __slots__ = (
         "_allreduce",
         "_decode_attention",
+        "_decode_memo",
         "_ffn_curve",
         "_layers",
+        "_linear_memo",
         "_lm_curve",
+        "_lm_memo",
         "_o_curve",
         "_prefill_attention",
+        "_prefill_memo",
         "_profile_overhead",
         "_qkv_curve",
         "_token_bytes",
@@ -138,6 +145,10 @@ class ProfiledStepCost(StepCostModel):
             self._allreduce = _curve(
                 sizes, [profile.all_reduce.at(s, tp) for s in sizes], from_one=False
             )
+        self._linear_memo: dict[int, float] = {}
+        self._lm_memo: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self._decode_memo: dict[tuple[int, int], float] = {}
         self.basis = self._basis()
 
     @property
@@ -166,6 +177,18 @@ class ProfiledStepCost(StepCostModel):
 
     # ---- the op classes, each measured or else the roofline's
 
+    def _linear(self, tokens: int) -> float:
+        """QKV, O and the dense FFN of `tokens` rows, remembered by row count (steps repeat
+        the same counts: chunk sizes, running sequences)."""
+        found = self._linear_memo.get(tokens)
+        if found is None:
+            found = self._qkv(tokens) + self._o(tokens)
+            if self._has_ffn:
+                found += self._ffn(tokens)
+            if len(self._linear_memo) < _MEMO_ENTRIES:
+                self._linear_memo[tokens] = found
+        return found
+
     def _qkv(self, tokens: int) -> float:
         t = self._qkv_curve.at(tokens) if self._qkv_curve else None
         return t if t is not None else max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
@@ -179,6 +202,14 @@ class ProfiledStepCost(StepCostModel):
         return t if t is not None else max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
 
     def _lm(self, sequences: int) -> float:
+        found = self._lm_memo.get(sequences)
+        if found is None:
+            found = self._lm_uncached(sequences)
+            if len(self._lm_memo) < _MEMO_ENTRIES:
+                self._lm_memo[sequences] = found
+        return found
+
+    def _lm_uncached(self, sequences: int) -> float:
         t = self._lm_curve.at(sequences) if self._lm_curve else None
         if t is not None:
             return t
@@ -191,19 +222,34 @@ class ProfiledStepCost(StepCostModel):
         )
 
     def _prefill_attn(self, tokens: int, chunks: int, pairs: float, kv_tokens: int) -> float:
+        """Read at the equivalent prompt length to the nearest token (remembered: a run
+        repeats the same chunk shapes)."""
         if self._prefill_attention is not None and chunks > 0:
-            grid, scale = self._prefill_attention
-            t = _attention_ms(grid, chunks * scale, math.sqrt(2.0 * pairs / chunks))
-            if t is not None:
-                return t * self._layers * _MS
+            key = (chunks, round(math.sqrt(2.0 * pairs / chunks)))
+            found = self._prefill_memo.get(key)
+            if found is None:
+                grid, scale = self._prefill_attention
+                t = _attention_ms(grid, chunks * scale, key[1])
+                found = -1.0 if t is None else t * self._layers * _MS
+                if len(self._prefill_memo) < _MEMO_ENTRIES:
+                    self._prefill_memo[key] = found
+            if found >= 0.0:
+                return found
         return max(pairs * self._pair_c, tokens * self._qo_kv_s + kv_tokens * self._kv_s)
 
     def _decode_attn(self, seqs: int, context: int) -> float:
+        """Read at the mean context to the nearest token (remembered)."""
         if self._decode_attention is not None:
-            grid, scale = self._decode_attention
-            t = _attention_ms(grid, seqs * scale, context / seqs)
-            if t is not None:
-                return t * self._layers * _MS
+            key = (seqs, round(context / seqs))
+            found = self._decode_memo.get(key)
+            if found is None:
+                grid, scale = self._decode_attention
+                t = _attention_ms(grid, seqs * scale, key[1])
+                found = -1.0 if t is None else t * self._layers * _MS
+                if len(self._decode_memo) < _MEMO_ENTRIES:
+                    self._decode_memo[key] = found
+            if found >= 0.0:
+                return found
         return max(context * self._pair_c, seqs * self._qo_kv_s + context * self._kv_s)
 
     def _communication(self, tokens: int) -> float:
@@ -231,9 +277,7 @@ class ProfiledStepCost(StepCostModel):
         if tokens <= 0:
             return 0.0
         sequences = prefill_chunks + decode_seqs
-        total = self._qkv(tokens) + self._o(tokens)
-        if self._has_ffn:
-            total += self._ffn(tokens)
+        total = self._linear(tokens)
         if self._has_moe:
             total += self._moe(tokens)
         if sequences > 0:
@@ -325,7 +369,7 @@ def _attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
     per extra head group. Beyond the table's largest batch, equal parts that fit."""
     low, high = grid.bounds(0)
     parts = max(1, math.ceil(batch / high))
-    one = grid.at(min(max(batch / parts, low), high), max(tokens, 1.0))
+    one = grid.at2(min(max(batch / parts, low), high), max(tokens, 1.0))
     return None if one is None else one * parts
 
 
