@@ -8,9 +8,25 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request, Response, status
 
 from app.formats.profile_document import ProfileDocument
+from app.profiles import calibration_service as calibrations
 from app.profiles import service as profiles
-from app.profiles.schemas import ProfileList, ProfileRead, ProfileSummary
-from app.web.deps import ApiKeyDep, json_response, read_json, write_in_session
+from app.profiles.calibration import fit_overhead
+from app.profiles.schemas import (
+    ProfileCalibrationCreate,
+    ProfileCalibrationRead,
+    ProfileList,
+    ProfileRead,
+    ProfileSummary,
+)
+from app.web.deps import (
+    ApiKeyDep,
+    HeavyWorkDep,
+    SpecCacheDep,
+    json_response,
+    read_in_session,
+    read_json,
+    write_in_session,
+)
 from app.web.schemas import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["profiles"])
@@ -77,4 +93,37 @@ async def create_profile_route(
         lambda stored: json_response(
             ProfileSummary.of(stored), 201, {"Location": f"/v1/profiles/{stored.document.id}"}
         ),
+    )
+
+
+@router.post(
+    "/profiles/{profile_id}/calibrations",
+    response_model=ProfileCalibrationRead,
+    status_code=status.HTTP_201_CREATED,
+    summary="Fit a profile's engine overhead to serving runs (a new default profile)",
+    description=(
+        "Replays each serving run on the simulator with this profile and fits the engine's "
+        "per-step overhead to the runs' median TPOT and its per-request prefill dispatch to "
+        "their median TTFT. The result is a new profile of the same GPU, engine and version, "
+        "uploaded as the GPU's default: answers for other engines do not move. Needs an API key."
+    ),
+    responses=problem_responses(400, 401, 403, 404, 413, 415, 422, 429, 503),
+)
+async def calibrate_profile_route(
+    profile_id: Annotated[str, _PROFILE_ID],
+    body: ProfileCalibrationCreate,
+    cache: SpecCacheDep,
+    heavy: HeavyWorkDep,
+    request: Request,
+    _key: ApiKeyDep,
+) -> Response:
+    job = await read_in_session(
+        request,
+        lambda session: calibrations.prepare(session, cache, profile_id, body.serving_run_ids),
+    )
+    fit = await heavy.run(request, fit_overhead, job.profile, job.jobs, job.measurements)
+    return await write_in_session(
+        request,
+        lambda session: calibrations.store(session, job, fit, body.serving_run_ids),
+        lambda read: json_response(read, 201, {"Location": f"/v1/profiles/{read.profile.id}"}),
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.formats.profile_document import (
     FittedEfficiency,
@@ -12,7 +14,13 @@ from app.formats.profile_document import (
 )
 from app.profiles.service import StoredProfile
 
-__all__ = ["ProfileList", "ProfileRead", "ProfileSummary"]
+__all__ = [
+    "ProfileCalibrationCreate",
+    "ProfileCalibrationRead",
+    "ProfileList",
+    "ProfileRead",
+    "ProfileSummary",
+]
 
 
 class ProfileSummary(BaseModel):
@@ -74,3 +82,28 @@ class ProfileRead(BaseModel):
     @classmethod
     def of(cls, stored: StoredProfile) -> ProfileRead:
         return cls(summary=ProfileSummary.of(stored), document=stored.document)
+
+
+class ProfileCalibrationCreate(BaseModel):
+    """Serving runs of the profile's GPU and engine to fit its engine overhead to."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"serving_run_ids": ["0" * 32]}]},
+    )
+    serving_run_ids: list[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]] = Field(
+        min_length=1, max_length=16, description="Ids of stored serving runs (`/v1/serving-runs`)."
+    )
+
+
+class ProfileCalibrationRead(BaseModel):
+    """The calibrated profile (a new default of the GPU) and how well each fits the runs."""
+
+    profile: ProfileSummary = Field(description="The new profile.")
+    calibrated_from: str = Field(description="The profile whose kernels it keeps.")
+    runs: int = Field(description="Measurements fitted to.")
+    before_mape_pct: dict[str, float] = Field(
+        description="Mean absolute error of the replays with the original overhead, by metric."
+    )
+    after_mape_pct: dict[str, float] = Field(description="The same, with the fitted overhead.")

@@ -118,3 +118,51 @@ def test_bad_uploads_are_422_naming_the_field_and_store_nothing(
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["field"] == field
     assert client.get("/v1/serving-runs").json()["items"] == []
+
+
+@pytest.mark.slow
+def test_a_profile_calibrated_to_serving_runs_moves_only_its_own_engine(
+    client: TestClient,
+) -> None:
+    """Fitting the H100's vLLM profile to two runs: the replays' median TPOT within 3 % after,
+    never worse than before; the fitted profile becomes the GPU's vLLM default, and an SGLang
+    answer does not move."""
+    runs = [
+        client.post("/v1/serving-runs", json=body(tool), headers=AUTH).json()["id"]
+        for tool in ("vllm", "aiperf")
+    ]
+    question = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-sxm5-80gb",
+        "batch_size": 8,
+        "context_tokens": 1100,
+    }
+    before = {
+        engine: client.post("/v1/estimates/decode", json=question | {"engine": engine}).json()
+        for engine in ("vllm", "sglang")
+    }
+    response = client.post(
+        "/v1/profiles/h100-sxm5-80gb-vllm-0.24.0/calibrations",
+        json={"serving_run_ids": runs},
+        headers=AUTH,
+    )
+    assert response.status_code == 201, response.text
+    fit = response.json()
+    assert fit["runs"] == 2 and fit["calibrated_from"] == "h100-sxm5-80gb-vllm-0.24.0"
+    assert fit["after_mape_pct"]["tpot_ms_p50"] <= fit["before_mape_pct"]["tpot_ms_p50"] + 0.01
+    assert fit["after_mape_pct"]["tpot_ms_p50"] < 3.0
+    assert fit["profile"]["default"] is True and fit["profile"]["engine"] == "vllm"
+    after = {
+        engine: client.post("/v1/estimates/decode", json=question | {"engine": engine}).json()
+        for engine in ("vllm", "sglang")
+    }
+    assert after["sglang"]["tpot_ms"] == pytest.approx(before["sglang"]["tpot_ms"], rel=1e-12)
+    assert after["vllm"]["target"]["basis"]["overhead"].startswith("profile h100-sxm5-80gb")
+    assert after["vllm"]["tpot_ms"] != pytest.approx(before["vllm"]["tpot_ms"], rel=1e-3)
+    other_gpu = client.post(
+        "/v1/profiles/a100-sxm4-80gb-vllm-0.14.0/calibrations",
+        json={"serving_run_ids": runs[:1]},
+        headers=AUTH,
+    )
+    assert other_gpu.status_code == 422
+    assert other_gpu.json()["errors"][0]["field"] == "serving_run_ids.0"
