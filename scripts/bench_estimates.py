@@ -56,9 +56,9 @@ ENDPOINTS: dict[str, tuple[dict[str, object], tuple[str, int, int]]] = {
 
 def curve_timing(base: str) -> tuple[float, float]:
     """Median wall time (ms) of a 1,000-point prefill curve over HTTP, and in the engine."""
-    from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields  # noqa: PLC0415
     from app.engine.estimates import prefill_curve  # noqa: PLC0415
     from app.engine.step_cost import StepCostModel  # noqa: PLC0415
+    from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields  # noqa: PLC0415
 
     lengths = list(range(128, 128 * 1001, 128))
     body = {"model": "llama-3.1-8b", "gpu": "h200-sxm-141gb", "prompt_tokens": lengths}

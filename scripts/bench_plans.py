@@ -25,7 +25,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.catalog.loader import bundled_gpus, bundled_models
-from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.engine.memory import memory_plan
 from app.engine.planning import (
     CapacityPlan,
@@ -39,6 +38,7 @@ from app.engine.simulation import SchedulerConfig, kv_capacity_tokens, simulate
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload
+from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
 
 GPUS = (
     "a100-sxm4-40gb",

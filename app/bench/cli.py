@@ -3,6 +3,8 @@
     ridgeline-bench --model llama-3-8b --device cuda --dtype bf16 \\
         --prompt-lens 512,1024,4096 --decode-batches 1,8,32 --kv-lens 512,4096 \\
         --out run.json [--upload https://ridgeline.example --api-key KEY]
+    ridgeline-bench --profile --model llama-3-8b --gpu h100-sxm5-80gb --engine vllm \\
+        --engine-version 0.24.0 --out profile.json       (kernel profile: app/bench/profile.py)
 
 Exit status: 0 done (and uploaded, if asked); 1 the upload failed (the file is kept) or the run
 broke (the points measured before it are written); 2 bad arguments, an unknown or unsupported
@@ -390,7 +392,16 @@ def interrupt_on_termination() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `ridgeline-bench` and `python -m app.bench`; returns the exit status."""
+    """Entry point of `ridgeline-bench` and `python -m app.bench`; returns the exit status.
+    `--profile` first: the kernel-profile mode (`app.bench.profile`)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--profile"]:
+        try:
+            from app.bench.profile import main as profile_main  # noqa: PLC0415 - needs torch
+        except ImportError:
+            print(f"error: --profile {MISSING_EXTRA}", file=sys.stderr)
+            return EXIT_USAGE
+        return profile_main(args[1:])
     options = parse_options(argv)
     with interrupt_on_termination():
         return run(options)

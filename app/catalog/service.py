@@ -19,7 +19,6 @@ from sqlalchemy.orm.exc import StaleDataError
 from app.catalog.lookup import nearest
 from app.catalog.orm import GpuRow, ModelRow
 from app.catalog.repository import CatalogRepository, GpuRepository, ModelRepository, RowT
-from app.catalog.specs import gpu_spec_from_fields, model_spec_from_fields
 from app.db.pages import Page
 from app.engine.params import count_params
 from app.engine.specs import GpuSpec, ModelSpec
@@ -34,6 +33,7 @@ from app.errors import (
     PreconditionFailed,
     spec_errors,
 )
+from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
 from app.formats.specs import spec_document
 
 __all__ = [

@@ -13,27 +13,17 @@ interpolation error of each table.
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from app.engine.dtypes import DType
-from app.engine.profiles import AttentionTable, Grid
-from app.engine.profiles.fit import (
-    attention_efficiency,
-    communication_efficiency,
-    gemm_efficiency,
-    held_out_error_pct,
-    memory_efficiency,
-)
 from app.engine.specs import GpuSpec
-from app.formats.profile_document import ProfileDocument
+from app.formats.profile_document import ENGINE_OVERHEAD, ProfileDocument, fit_tables
 
 __all__ = [
     "AICONFIGURATOR_VERSION",
-    "ENGINE_OVERHEAD",
     "SYSTEMS",
     "import_profile",
     "systems_dir",
@@ -57,39 +47,6 @@ _DTYPES = {"bfloat16": DType.BF16, "float16": DType.FP16, "fp8": DType.FP8}
 _M_AXIS = tuple(float(2**i) for i in range(16))  # 1 .. 32,768 tokens
 _SIGNIFICANT = 4
 _HEAD_DIMS = (64, 128, 256)  # MLA (192, 512) has tables of its own
-
-ENGINE_OVERHEAD: Mapping[str, dict[str, Any]] = {
-    "vllm": {
-        "step_ms": 1.0,
-        "per_sequence_ms": 0.005,
-        "prefill_per_layer_ms": 0.8,
-        "source": (
-            "prefill_per_layer_ms: aiconfigurator-core 0.12.0's vLLM backend "
-            "(_prefill_dispatch_overhead_ms: CPU-side dispatch not captured by kernel "
-            "benchmarks, 0.8 ms per layer, recalibrated against its silicon corpus). step_ms "
-            "and per_sequence_ms assumed, not measured: about 1 ms of scheduling, input "
-            "preparation and sampling per CUDA-graph step, growing 5 us per running sequence. "
-            "Calibrate to your deployment with POST /v1/serving-runs."
-        ),
-    },
-    "sglang": {
-        "step_ms": 0.8,
-        "per_sequence_ms": 0.004,
-        "source": (
-            "Assumed, not measured: SGLang's overlap scheduler hides most CPU work; 0.8 ms per "
-            "step plus 4 us per running sequence (aiconfigurator-core adds no prefill dispatch "
-            "cost for SGLang). Calibrate with POST /v1/serving-runs."
-        ),
-    },
-    "trtllm": {
-        "step_ms": 0.5,
-        "per_sequence_ms": 0.003,
-        "source": (
-            "Assumed, not measured: TensorRT-LLM's C++ runtime, 0.5 ms per step plus 3 us per "
-            "running sequence. Calibrate with POST /v1/serving-runs."
-        ),
-    },
-}
 
 
 def systems_dir(explicit: Path | None = None) -> Path:
@@ -264,60 +221,5 @@ def import_profile(
         "decode_attention": decode,
         "all_reduce": all_reduce,
     }
-    document["fitted"], document["residual_pct"] = _fit(document, gpu)
+    document["fitted"], document["residual_pct"] = fit_tables(document, gpu)
     return ProfileDocument.model_validate(document, strict=False)
-
-
-def _fit(document: dict[str, Any], gpu: GpuSpec) -> tuple[dict[str, float], dict[str, float]]:
-    """Efficiencies fitted to the tables (the GPU's generic ones where a table is missing) and
-    each table family's held-out interpolation error."""
-    gemm = {DType(t["dtype"]): _grid(t, "m", "n", "k") for t in document["gemm"]}
-
-    def tables(kind: str, kv: DType) -> list[AttentionTable]:
-        return [
-            AttentionTable(t["heads"], t["kv_heads"], t["head_dim"], _grid(t, "batch", "tokens"))
-            for t in document[kind]
-            if t["kv_dtype"] == kv.value
-        ]
-
-    prefill, decode = (
-        tables("prefill_attention", DType.BF16),
-        tables("decode_attention", DType.BF16),
-    )
-    all_reduce = document["all_reduce"]
-    ar_grid = (
-        Grid(
-            (tuple(all_reduce["bytes"]), tuple(float(g) for g in all_reduce["gpus"])),
-            tuple(all_reduce["ms"]),
-        )
-        if all_reduce
-        else None
-    )
-    fallback = gpu.efficiency
-    fitted = {
-        "gemm": (gemm_efficiency(gemm[DType.BF16], gpu, DType.BF16) if DType.BF16 in gemm else None)
-        or fallback.gemm,
-        "attention": attention_efficiency(prefill, gpu) or fallback.attention,
-        "memory": memory_efficiency(decode, gpu, DType.BF16) or fallback.memory,
-        "communication": (communication_efficiency(ar_grid, gpu) if ar_grid else None)
-        or fallback.communication,
-    }
-    residuals: dict[str, float | None] = {
-        "gemm": _rms(held_out_error_pct(g) for g in gemm.values()),
-        "prefill_attention": _rms(held_out_error_pct(t.grid, 1) for t in prefill),
-        "decode_attention": _rms(held_out_error_pct(t.grid, 1) for t in decode),
-        "communication": held_out_error_pct(ar_grid) if ar_grid else None,
-    }
-    return (
-        {k: round(min(v, 1.0), 4) for k, v in fitted.items()},
-        {k: round(v, 2) for k, v in residuals.items() if v is not None},
-    )
-
-
-def _grid(table: Mapping[str, Any], *axes: str) -> Grid:
-    return Grid(tuple(tuple(table[a]) for a in axes), tuple(table["ms"]))
-
-
-def _rms(values: Iterable[float | None]) -> float | None:
-    found = [v for v in values if v is not None]
-    return math.sqrt(sum(v * v for v in found) / len(found)) if found else None

@@ -7,7 +7,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from app.catalog.specs import gpu_spec_from_fields
+from app.formats.catalog_specs import gpu_spec_from_fields
 from app.profiles.aiconfigurator import SYSTEMS, import_profile
 
 __all__ = ["write_bundled_profile"]

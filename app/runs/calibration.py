@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 
 from app.catalog.orm import GpuRow
 from app.catalog.service import Precondition, gpu_entries
-from app.catalog.specs import gpu_spec_from_fields
 from app.db.pages import Page
 from app.engine.calibration import (
     ALL_PARAMETERS,
@@ -31,6 +30,7 @@ from app.engine.calibration import (
 )
 from app.engine.specs import Efficiency, GpuSpec, SpecError
 from app.errors import CalibrationNotFound, InvalidInput, PreconditionFailed
+from app.formats.catalog_specs import gpu_spec_from_fields
 from app.runs.orm import CalibrationRow
 from app.runs.repository import BenchmarkRunRepository, CalibrationRepository
 from app.runs.service import (

@@ -14,10 +14,10 @@ from app.catalog.schemas import (
     GpuHardware,
     ModelArchitecture,
 )
-from app.catalog.specs import efficiency_from_fields, gpu_spec_from_fields
 from app.engine.dtypes import DType
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
 from app.errors import spec_errors
+from app.formats.catalog_specs import efficiency_from_fields, gpu_spec_from_fields
 from app.targets.service import EfficiencyMode, TargetQuery
 from app.web.schemas import BF16_FORMAT, CATALOG_REF, Format, Input, StorageFormat
 
