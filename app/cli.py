@@ -5,7 +5,7 @@ ridgeline migrate [--revision head]
 ridgeline load-catalog
 ridgeline openapi [--out openapi/openapi.json]
 ridgeline import-profiles aiconfigurator --system h100_sxm --backend vllm [--version V]
-    [--systems-dir DIR] [--out app/profiles/data] [--default]
+    [--systems-dir DIR] [--out app/catalog/data/profiles] [--default]
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles.add_argument("--backend", required=True, choices=["vllm", "sglang", "trtllm"])
     profiles.add_argument("--version", default=None, help="default: the newest in the database")
     profiles.add_argument("--systems-dir", default=None, help="default: the installed package's")
-    profiles.add_argument("--out", default="app/profiles/data")
+    profiles.add_argument("--out", default="app/catalog/data/profiles")
     profiles.add_argument("--default", action="store_true", help="the GPU's default profile")
     profiles.set_defaults(run=_import_profiles)
     args = parser.parse_args(argv)

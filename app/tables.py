@@ -2,9 +2,9 @@
 is needed (Alembic's autogenerate, the tests' database reset)."""
 
 from app.catalog.orm import CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
+from app.catalog.profile_rows import ProfileRow
 from app.db.session import Base
 from app.plans.repository import PlanRow
-from app.profiles.orm import ProfileRow
 from app.runs.orm import BenchmarkPointRow, BenchmarkRunRow, CalibrationRow
 from app.serving_runs.orm import ServingRunRow
 

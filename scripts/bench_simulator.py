@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.profiles import bundled_document
 from app.engine.memory import memory_plan
 from app.engine.profiles import ProfiledStepCost
 from app.engine.simulation import SchedulerConfig, SimulationResult, simulate
@@ -32,7 +33,6 @@ from app.engine.specs import (
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import PercentileLengths, PoissonWorkload, Trace
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
-from app.profiles.library import bundled_document
 
 
 def catalog_target() -> tuple[ModelSpec, GpuSpec]:

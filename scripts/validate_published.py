@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.profiles import bundled_document, bundled_refs, choose_profile
 from app.engine.dtypes import DType
 from app.engine.estimates import estimate_prefill, estimate_request
 from app.engine.profiles import ProfiledStepCost
 from app.engine.specs import Deployment, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
-from app.profiles.library import bundled_document, bundled_refs, choose_profile
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "validation" / "published.json"
 

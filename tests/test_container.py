@@ -19,7 +19,8 @@ from tests.servers import served
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT_LIMIT_BYTES = 10 * 2**20
-"""The service and its data: about 5 MiB of it the bundled kernel profiles (app/profiles/data)."""
+"""The service and its data: about 5 MiB of it the bundled kernel profiles
+(app/catalog/data/profiles)."""
 
 
 def build_context() -> list[Path]:

@@ -20,12 +20,12 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.lookup import find_entry, nearest, shown
+from app.catalog.profiles import ProfileLibrary, ProfileRef, profile_refs
 from app.catalog.repository import GpuRepository, ModelRepository
 from app.catalog.service import CHANGES, gpu_spec_of, model_spec_of
 from app.engine.profiles import Profile
 from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import InvalidInput, spec_errors
-from app.profiles.library import ProfileLibrary, ProfileRef, profile_refs
 
 __all__ = ["CachedGpu", "CachedModel", "NotCached", "SpecCache"]
 

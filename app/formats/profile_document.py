@@ -1,7 +1,7 @@
 """The profile document (`schema_version` 1): measured kernel times of one GPU under one serving
 engine version. `ridgeline import-profiles` writes it from NVIDIA's silicon database, the
 benchmark job's `--profile` mode writes it from the user's GPU, `POST /v1/profiles` takes it,
-and the bundled profiles in `app/profiles/data/` are instances of it.
+and the bundled profiles in `app/catalog/data/profiles/` are instances of it.
 
 Tables are flat, row-major over the product of their axes (last axis fastest), milliseconds on
 one GPU per call (attention and GEMMs: one layer); `null` marks a cell that was not measured.

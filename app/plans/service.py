@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from app.catalog.orm import utcnow
+from app.catalog.profiles import choose_profile
 from app.catalog.service import list_gpus
 from app.catalog.spec_cache import SpecCache
 from app.db.pages import Page
@@ -38,7 +39,6 @@ from app.errors import InvalidInput, PlanNotFound, spec_errors
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRepository, PlanRow
 from app.plans.schemas import CandidateRead, DisaggregatedRead
-from app.profiles.library import choose_profile
 from app.simulations.service import (
     MIN_REQUESTS_PER_S,
     check_trace_lengths,

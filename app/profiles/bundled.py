@@ -1,5 +1,6 @@
-"""Writing the bundled profiles: a document per (GPU, engine, version) in `app/profiles/data/`,
-and `index.json`, which lists them (what `app.profiles.library.bundled_refs` reads)."""
+"""Writing the bundled profiles: a document per (GPU, engine, version) in
+`app/catalog/data/profiles/`, and `index.json`, which lists them (what
+`app.catalog.profiles.bundled_refs` reads)."""
 
 from __future__ import annotations
 

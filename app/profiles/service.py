@@ -9,11 +9,11 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.catalog.orm import GpuRow
+from app.catalog.profile_rows import ProfileRow
+from app.catalog.profiles import ProfileRef, bundled_document, bundled_refs, profile_refs
 from app.catalog.service import record_change
 from app.errors import AlreadyExists, GpuNotFound, InvalidInput, ProfileNotFound
 from app.formats.profile_document import ProfileDocument
-from app.profiles.library import ProfileRef, bundled_document, bundled_refs, profile_refs
-from app.profiles.orm import ProfileRow
 
 __all__ = ["StoredProfile", "get_profile", "gpu_profiles", "store_profile"]
 

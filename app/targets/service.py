@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from app.catalog.profiles import ROOFLINE, choose_profile
 from app.catalog.spec_cache import CachedGpu, SpecCache
 from app.engine.profiles import Profile, ProfiledStepCost, engine_label
 from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec
 from app.engine.step_cost import StepCostModel
 from app.errors import InvalidInput, spec_errors
-from app.profiles.library import ROOFLINE, choose_profile
 
 __all__ = [
     "INLINE",

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq  # the profiles extra, in the dev lock
 import pytest
 from fastapi.testclient import TestClient
 
+from app.catalog.profiles import bundled_document, bundled_refs
 from app.engine.dtypes import DType
 from app.formats.profile_document import ProfileDocument
 from app.profiles.aiconfigurator import systems_dir
-from app.profiles.library import bundled_document, bundled_refs
 from tests.conftest import AUTH
 
 PREFILL = {"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}

@@ -16,12 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.catalog.loader import bundled_gpus, bundled_models
+from app.catalog.profiles import bundled_document
 from app.engine.memory import memory_plan
 from app.engine.profiles import ProfiledStepCost
 from app.engine.specs import Deployment
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
-from app.profiles.library import bundled_document
 from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}

@@ -1,8 +1,8 @@
 """Which profiles a GPU has, and the engine's `Profile` of each, cached per process.
 
-Bundled profiles are package data (`app/profiles/data/index.json` lists them; each document is
-parsed on first use); uploaded ones are rows of `profiles`. Documents never change once written,
-so a parsed profile is kept for the life of the process.
+Bundled profiles are package data (`app/catalog/data/profiles/index.json` lists them; each
+document is parsed on first use); uploaded ones are rows of `profiles`. Documents never change
+once written, so a parsed profile is kept for the life of the process.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.catalog.profile_rows import ProfileRow
 from app.engine.profiles import Profile, engine_label
 from app.formats.profile_document import ProfileDocument
-from app.profiles.orm import ProfileRow
 
 __all__ = [
     "ROOFLINE",
@@ -36,7 +36,9 @@ ROOFLINE = "roofline"
 
 
 def _data(name: str) -> str:
-    return resources.files("app.profiles").joinpath("data").joinpath(name).read_text()
+    return (
+        resources.files("app.catalog").joinpath("data").joinpath("profiles").joinpath(name)
+    ).read_text()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """Profiles users uploaded (`POST /v1/profiles`). The bundled ones are package data
-(`app/profiles/data/`), never rows: they are large and read-only."""
+(`app/catalog/data/profiles/`), never rows: they are large and read-only."""
 
 from __future__ import annotations
 
