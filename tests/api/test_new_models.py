@@ -1,0 +1,57 @@
+"""The catalog's newer models answer estimates and simulations on GPUs where they fit, timed by
+the GPU's profile (attention and projections measured; MoE experts by the fitted roofline)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+CASES = [
+    # model, GPU, tp, KV bytes per token per GPU by hand: 2 (K and V) x layers x KV heads per
+    # GPU x 128 x 2 bytes. bf16 weights 141 GB over 2 x 80 GB; 470 GB over 4 x 141 GB.
+    ("llama-3.3-70b", "h100-sxm5-80gb", 2, 2 * 80 * 4 * 128 * 2),
+    ("qwen3-235b-a22b", "h200-sxm-141gb", 4, 2 * 94 * 1 * 128 * 2),
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "kv_bytes"), CASES)
+def test_new_models_are_estimated_and_simulated(
+    client: TestClient, model: str, gpu: str, tp: int, kv_bytes: int
+) -> None:
+    target = {"model": model, "gpu": gpu, "tp": tp}
+    prefill = client.post("/v1/estimates/prefill", json=target | {"prompt_tokens": 2048})
+    assert prefill.status_code == 200, prefill.text
+    decode = client.post(
+        "/v1/estimates/decode", json=target | {"batch_size": 32, "context_tokens": 2048}
+    ).json()
+    basis = decode["target"]["basis"]
+    assert basis["decode_attention"].startswith("profile")
+    assert ("moe" in basis) == model.startswith("qwen3")
+    assert 5 < decode["tpot_ms"] < 100
+    ceiling = client.post(
+        "/v1/estimates/batch-ceiling", json=target | {"context_tokens": 4096}
+    ).json()
+    assert ceiling["kv_bytes_per_token"] == kv_bytes
+    assert ceiling["batch_ceiling"] >= 1
+    simulated = client.post(
+        "/v1/simulations",
+        json=target
+        | {
+            "workload": {
+                "requests_per_s": 1.0,
+                "num_requests": 50,
+                "prompt_tokens": {"p50": 1000, "p90": 1000, "p99": 1000},
+                "output_tokens": {"p50": 100, "p90": 100, "p99": 100},
+            }
+        },
+    )
+    assert simulated.status_code == 200, simulated.text
+    assert simulated.json()["completed_requests"] == 50
+
+
+def test_qwen3_235b_counts_its_active_parameters(client: TestClient) -> None:
+    """22.2 B active of 235.1 B: attention (6.70 B), 8 of 128 experts per layer (14.2 B), the
+    router, embedding and head; the model card says 22 B activated."""
+    entry = client.get("/v1/models/qwen3-235b-a22b").json()
+    assert entry["params_total"] == pytest.approx(235_093_634_560, rel=1e-6)
+    assert entry["params_active"] == pytest.approx(22.19e9, rel=0.005)
