@@ -39,6 +39,9 @@ SYSTEMS: Mapping[str, str] = {
     "h200_sxm": "h200-sxm-141gb",
     "b200_sxm": "b200-sxm-180gb",
     "l40s": "l40s-48gb",
+    "b300_sxm": "b300-sxm-288gb",
+    "gb200": "gb200-186gb",
+    "rtx_pro_6000_server": "rtx-pro-6000-96gb",
 }
 """aiconfigurator system name -> Ridgeline GPU id."""
 

@@ -11,6 +11,10 @@ CASES = [
     # GPU x 128 x 2 bytes. bf16 weights 141 GB over 2 x 80 GB; 470 GB over 4 x 141 GB.
     ("llama-3.3-70b", "h100-sxm5-80gb", 2, 2 * 80 * 4 * 128 * 2),
     ("qwen3-235b-a22b", "h200-sxm-141gb", 4, 2 * 94 * 1 * 128 * 2),
+    # The Blackwell parts, each timed by its own bundled profile.
+    ("llama-3.3-70b", "b300-sxm-288gb", 1, 2 * 80 * 8 * 128 * 2),
+    ("qwen3-235b-a22b", "gb200-186gb", 4, 2 * 94 * 1 * 128 * 2),
+    ("llama-3.1-8b", "rtx-pro-6000-96gb", 1, 2 * 32 * 8 * 128 * 2),
 ]
 
 
@@ -25,7 +29,7 @@ def test_new_models_are_estimated_and_simulated(
         "/v1/estimates/decode", json=target | {"batch_size": 32, "context_tokens": 2048}
     ).json()
     basis = decode["target"]["basis"]
-    assert basis["decode_attention"].startswith("profile")
+    assert basis["decode_attention"] == f"profile {gpu} vllm@0.24.0"
     assert ("moe" in basis) == model.startswith("qwen3")
     assert 5 < decode["tpot_ms"] < 100
     ceiling = client.post(
