@@ -34,6 +34,7 @@ __all__ = [
     "AttentionTableDoc",
     "FittedEfficiency",
     "GemmTable",
+    "MoeTableDoc",
     "OverheadDoc",
     "ProfileDocument",
     "ProfileSource",
@@ -170,6 +171,30 @@ class AllReduceTable(_Table):
         return Grid((tuple(self.bytes), tuple(float(g) for g in self.gpus)), tuple(self.ms))
 
 
+class MoeTableDoc(_Table):
+    """The routed experts of one MoE layer shape (fused-MoE kernel, ep 1): ms by tokens."""
+
+    dtype: ComputeFormat = Field(description="Expert weight format.")
+    hidden: int = Field(gt=0, le=2**17, description="Model width.")
+    inter: int = Field(gt=0, le=2**20, description="One expert's FFN width (before tp).")
+    topk: int = Field(gt=0, le=1024, description="Experts each token is routed to.")
+    experts: int = Field(gt=0, le=4096, description="Routed experts.")
+    tp: int = Field(gt=0, le=1024, description="Tensor parallelism within the experts.")
+    tokens: Axis = Field(description="Tokens through the layer.")
+    ms: Cells = Field(description="Milliseconds per layer; null: not measured.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        self._check([self.tokens], self.ms, "tokens")
+        return self
+
+    def grid(self) -> Grid:
+        return Grid((tuple(self.tokens),), tuple(self.ms))
+
+    def key(self) -> tuple[DType, int, int, int, int, int]:
+        return (self.dtype, self.hidden, self.inter, self.topk, self.experts, self.tp)
+
+
 class OverheadDoc(BaseModel):
     """The engine's cost per step outside the kernels, milliseconds."""
 
@@ -288,6 +313,11 @@ class ProfileDocument(BaseModel):
         description=("Decode attention tables, one per head layout and KV format."),
     )
     all_reduce: AllReduceTable | None = Field(default=None, description="All-reduce table.")
+    moe: list[MoeTableDoc] = Field(
+        default_factory=list,
+        max_length=4096,
+        description="Routed-expert tables, one per MoE layer shape and tensor-parallel degree.",
+    )
 
     def to_profile(self) -> Profile:
         """The engine's profile."""
@@ -320,6 +350,7 @@ class ProfileDocument(BaseModel):
             prefill_attention={k: tuple(v) for k, v in prefill.items()},
             decode_attention={k: tuple(v) for k, v in decode.items()},
             all_reduce=self.all_reduce.grid() if self.all_reduce else None,
+            moe={table.key(): table.grid() for table in self.moe},
             residual_pct=dict(self.residual_pct),
             source=self.source.title,
         )

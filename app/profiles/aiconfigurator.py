@@ -174,6 +174,48 @@ def _all_reduce_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+_MOE_DISTRIBUTION = "power_law_1.01"
+"""Routing skew of the expert tables kept: aiconfigurator-core measures balanced routing and
+power-law skews; a mild power law is what real traffic routes like (its default)."""
+
+
+def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fused-MoE layer time by tokens per (format, hidden, expert width, top-k, experts, tp),
+    without expert parallelism, at the kept routing skew; the fastest kernel per shape."""
+    shapes: dict[tuple[DType, int, int, int, int, int], dict[float, float]] = defaultdict(dict)
+    for row in rows:
+        dtype = _DTYPES.get(row["moe_dtype"])
+        if dtype is None or row["moe_ep_size"] != 1 or row["distribution"] != _MOE_DISTRIBUTION:
+            continue
+        key = (
+            dtype,
+            row["hidden_size"],
+            row["inter_size"],
+            row["topk"],
+            row["num_experts"],
+            row["moe_tp_size"],
+        )
+        count = float(row["num_tokens"])
+        best = shapes[key].get(count)
+        shapes[key][count] = row["latency"] if best is None else min(best, row["latency"])
+    tables = []
+    for (dtype, hidden, inter, topk, experts, tp), cells in sorted(shapes.items()):
+        tokens = sorted(cells)
+        tables.append(
+            {
+                "dtype": dtype.value,
+                "hidden": hidden,
+                "inter": inter,
+                "topk": topk,
+                "experts": experts,
+                "tp": tp,
+                "tokens": tokens,
+                "ms": [_round(cells[t]) for t in tokens],
+            }
+        )
+    return tables
+
+
 def import_profile(
     system: str,
     engine: str,
@@ -199,6 +241,11 @@ def import_profile(
     )
     all_reduce_path = comm_dir / "custom_allreduce_perf.parquet"
     all_reduce = _all_reduce_table(_rows(all_reduce_path)) if all_reduce_path.exists() else None
+    try:
+        moe_dir = _version_dir(data, "moe", engine, chosen)
+        moe = _moe_tables(_rows(moe_dir / "moe_perf.parquet"))
+    except FileNotFoundError:
+        moe_dir, moe = None, []
     document: dict[str, Any] = {
         "id": f"{gpu.id}-{engine}-{chosen}",
         "gpu": gpu.id,
@@ -213,8 +260,10 @@ def import_profile(
             "url": "https://pypi.org/project/aiconfigurator-core/",
             "note": (
                 f"gemm from {gemm_dir.relative_to(data)}, attention from "
-                f"{attention_dir.relative_to(data)}, all-reduce from {comm_dir.relative_to(data)}; "
-                "M at powers of two, attention without a window, fastest kernel per shape; "
+                f"{attention_dir.relative_to(data)}, all-reduce from {comm_dir.relative_to(data)}, "
+                f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}; "
+                "M at powers of two, attention without a window, experts without expert "
+                f"parallelism at routing skew {_MOE_DISTRIBUTION}, fastest kernel per shape; "
                 f"latencies rounded to {_SIGNIFICANT} significant digits. Apache-2.0."
             ),
         },
@@ -223,6 +272,7 @@ def import_profile(
         "prefill_attention": prefill,
         "decode_attention": decode,
         "all_reduce": all_reduce,
+        "moe": moe,
     }
     document["fitted"], document["residual_pct"] = fit_tables(document, gpu)
     return ProfileDocument.model_validate(document, strict=False)

@@ -198,3 +198,32 @@ def test_bundled_profiles_reproduce_their_source_points(profile_id: str) -> None
         measured = grid.at(row["batch_size"], row["isl"])
         assert measured is not None
         assert measured <= row["latency"] * 1.02  # the fastest kernel of its shape
+
+
+@pytest.mark.parametrize("profile_id", ["h100-sxm5-80gb-vllm-0.24.0", "a100-sxm4-80gb-vllm-0.14.0"])
+def test_bundled_moe_tables_reproduce_their_source_points(profile_id: str) -> None:
+    document = bundled_document(profile_id)
+    profile = document.to_profile()
+    note = document.source.note or ""
+    moe_dir = Path(note.split("moe from ")[1].split(";")[0])
+    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
+    fastest: dict[tuple[Any, ...], float] = {}
+    for row in pq.read_table(data / moe_dir / "moe_perf.parquet").to_pylist():
+        if row["moe_dtype"] != "bfloat16" or row["moe_ep_size"] != 1:
+            continue
+        if row["distribution"] != "power_law_1.01":
+            continue
+        key = (
+            row["hidden_size"],
+            row["inter_size"],
+            row["topk"],
+            row["num_experts"],
+            row["moe_tp_size"],
+            row["num_tokens"],
+        )
+        fastest[key] = min(fastest.get(key, float("inf")), row["latency"])
+    assert fastest
+    for key in random.Random(2).sample(sorted(fastest), min(200, len(fastest))):
+        hidden, inter, topk, experts, tp, tokens = key
+        grid = profile.moe[(DType.BF16, hidden, inter, topk, experts, tp)]
+        assert grid.at(tokens) == pytest.approx(fastest[key], rel=0.02)

@@ -19,7 +19,15 @@ from app.engine.profiles import (
     ProfiledStepCost,
 )
 from app.engine.profiles.fit import gemm_efficiency, held_out_error_pct
-from app.engine.specs import Deployment, Efficiency, FfnType, GpuSpec, InterconnectSpec, ModelSpec
+from app.engine.specs import (
+    Deployment,
+    Efficiency,
+    FfnType,
+    GpuSpec,
+    InterconnectSpec,
+    ModelSpec,
+    MoeSpec,
+)
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 
@@ -179,3 +187,34 @@ def test_fitted_efficiency_and_held_out_error_of_a_known_table() -> None:
     )
     bent = held_out_error_pct(floored)
     assert bent is not None and bent > 1.0  # the floor bends the curve: not free
+
+
+def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
+    """A Mixtral-shaped MoE model (8 experts, top-2, width 4,096): four MoE layers of the
+    table's time at the step's token count, plus the router by the roofline."""
+    moe_model = ModelSpec(
+        **{
+            **{f: getattr(MODEL, f) for f in ("num_layers", "hidden_size", "num_attention_heads")},
+            "num_kv_heads": 2,
+            "head_dim": 128,
+            "intermediate_size": 4096,
+            "ffn_type": FfnType.GATED,
+            "vocab_size": 32768,
+            "max_context_tokens": 32768,
+            "moe": MoeSpec(num_experts=8, experts_per_token=2, expert_intermediate_size=4096),
+        }
+    )
+    tokens = (1.0, 64.0, 4096.0)
+    table = Grid((tokens,), (0.02, 0.1, 2.0))
+    with_table = profile(moe={(DType.BF16, 1024, 4096, 2, 8, 1): table})
+    cost = ProfiledStepCost(moe_model, GPU, Deployment(), with_table)
+    assert cost.basis["moe"] == "profile test-gpu vllm@1.0"
+    without = ProfiledStepCost(moe_model, GPU, Deployment(), profile())
+    assert without.basis["moe"].startswith("roofline fitted")
+    load = decode_load(64, 64 * 512)
+    difference = cost.seconds(load) - without.seconds(load)
+    roofline_experts = next(
+        op.seconds for op in without.breakdown(load).ops if op.op_class is OpClass.MOE_EXPERTS
+    )
+    assert difference == pytest.approx(4 * 0.1e-3 - roofline_experts, rel=1e-9)
+    assert cost.breakdown(load).total_s == pytest.approx(cost.seconds(load), rel=1e-12)

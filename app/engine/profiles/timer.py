@@ -14,7 +14,8 @@ Per GPU of the tensor-parallel group, a step takes
     + GEMM(sequences, vocab / tp, d)                              (the LM head)
     + layers x attention(batch, tokens) of the heads on this GPU
     + 2 x layers x all-reduce(tokens x d x 2 bytes, tp)
-    + MoE router and experts by the roofline (no expert tables yet)
+    + the MoE router by the roofline; routed experts from the profile's fused-MoE table of the
+      layer shape (tokens, hidden, expert width, top-k, experts, tp), else the roofline
     + the engine's overhead(sequences, tokens)
 
 and each request's first token waits `request_overhead_s` more: the engine's per-layer dispatch
@@ -80,6 +81,7 @@ class ProfiledStepCost(StepCostModel):
         "_linear_memo",
         "_lm_curve",
         "_lm_memo",
+        "_moe_curve",
         "_o_curve",
         "_prefill_attention",
         "_prefill_memo",
@@ -137,6 +139,24 @@ class ProfiledStepCost(StepCostModel):
             self._lm_curve = _curve(
                 ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms]
             )
+        self._moe_curve: Curve | None = None
+        if moe is not None and moe.num_shared_experts == 0:
+            key = (
+                self.gemm_dtype,
+                d,
+                moe.expert_intermediate_size,
+                moe.experts_per_token,
+                moe.num_experts,
+                tp,
+            )
+            table = profile.moe.get(key)
+            if table is not None:
+                moe_layers = layers - moe.num_dense_layers
+                tokens = table.axes[0]
+                self._moe_curve = _curve(
+                    tokens,
+                    [None if (t := table.at(n)) is None else t * moe_layers for n in tokens],
+                )
         self._prefill_attention = profile.attention(True, deployment.kv_dtype, heads, kv_heads, h)
         self._decode_attention = profile.attention(False, deployment.kv_dtype, heads, kv_heads, h)
         self._allreduce: Curve | None = None
@@ -171,7 +191,7 @@ class ProfiledStepCost(StepCostModel):
             OpFamily.OVERHEAD.value: label,
         }
         if self._has_moe:
-            basis[OpFamily.MOE.value] = roofline
+            basis[OpFamily.MOE.value] = label if self._moe_curve is not None else roofline
         if self.deployment.tp > 1:
             basis[OpFamily.COMMUNICATION.value] = label if self._allreduce else roofline
         return basis
@@ -217,8 +237,14 @@ class ProfiledStepCost(StepCostModel):
         return max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
 
     def _moe(self, tokens: int) -> float:
+        """Router by the roofline; the routed experts from the profile's fused-MoE table of
+        this layer shape, else the roofline."""
+        router = max(tokens * self._router_c, self._router_w + tokens * self._router_a)
+        measured = self._moe_curve.at(tokens) if self._moe_curve else None
+        if measured is not None:
+            return router + measured
         distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
-        return max(tokens * self._router_c, self._router_w + tokens * self._router_a) + max(
+        return router + max(
             tokens * self._exp_c, distinct * self._exp_w + self._exp_shared + tokens * self._exp_a
         )
 
@@ -318,6 +344,9 @@ class ProfiledStepCost(StepCostModel):
                 load.decode_seqs, load.decode_context_tokens
             ),
         }
+        experts = self._moe_curve.at(tokens) if self._moe_curve else None
+        if experts is not None:
+            measured[OpClass.MOE_EXPERTS] = lambda: experts
         ops = []
         for op in roofline.ops:
             timed = measured.get(op.op_class)
