@@ -206,7 +206,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         if profile is None or cached is None:
             cost: StepCostModel = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
         else:
-            key = (model_spec, gpu_spec.id, cached.version, query.deployment, profile.id)
+            key = (model_spec, repr(gpu_spec), query.deployment, profile.id)
             cost = _PROFILED.get(key) or _PROFILED.put(
                 key, ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
             )
@@ -233,7 +233,8 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
 class _Recent:
     """The most recently built profiled timers: building one reduces the profile's tables to the
     model's shapes (about a millisecond), which the estimate hot path must not pay per request.
-    Keys carry the GPU's catalog version, so a write is never answered from here."""
+    Keys carry the whole GPU spec (its repr: a dict inside makes it unhashable), so a changed
+    or re-created entry is never answered from here."""
 
     def __init__(self, size: int) -> None:
         self._size = size
