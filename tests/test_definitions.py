@@ -13,7 +13,7 @@ from app.catalog.schemas import (
     MoeFields,
     PeakFlops,
 )
-from app.engine.dtypes import STORAGE_DTYPES, DType
+from app.engine.dtypes import BLOCK_SCALED_DTYPES, STORAGE_DTYPES, DType
 from app.engine.planning import CandidatePlan, DisaggregatedPlan, PredictedLatency
 from app.engine.specs import Efficiency, GpuSpec, InterconnectSpec, ModelSpec, MoeSpec
 from app.formats.run_document import RunModelSpec
@@ -34,7 +34,9 @@ def test_model_schemas_are_the_spec() -> None:
 
 def test_gpu_schemas_cover_the_gpu_spec() -> None:
     assert set(GpuHardware.model_fields) == _names(GpuSpec) - {"id"}
-    assert set(PeakFlops.model_fields) == {dtype.value for dtype in DType}
+    # Block-scaled formats are storage only: they compute at the fp8 or fp4 rate (or bf16).
+    compute_formats = {dtype.value for dtype in DType if dtype not in BLOCK_SCALED_DTYPES}
+    assert set(PeakFlops.model_fields) == compute_formats
     assert set(InterconnectFields.model_fields) == _names(InterconnectSpec)
     assert set(EfficiencyFractions.model_fields) == _names(Efficiency) - {"source"}
 

@@ -132,7 +132,7 @@ def roofline(
     positive("prompt_tokens", prompt_tokens)
     positive("context_tokens", context_tokens)
     positive("batch_size", batch_size)
-    gemm_dtype = compute_dtype_for(deployment.weight_dtype)
+    gemm_dtype = compute_dtype_for(deployment.weight_dtype, gpu.peak_flops_per_s)
     peak = gpu.peak(gemm_dtype)
     bandwidth = gpu.memory_bandwidth_bytes_per_s
     warnings: list[str] = []

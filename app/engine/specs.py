@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from app.engine.dtypes import DType
+from app.engine.dtypes import BLOCK_SCALED_DTYPES, DType
 
 __all__ = [
     "IDEAL_EFFICIENCY",
@@ -319,6 +319,12 @@ class Deployment:
 
     def __post_init__(self) -> None:
         positive("tp", self.tp)
+        if self.kv_dtype in BLOCK_SCALED_DTYPES:
+            raise SpecError(
+                "kv_dtype",
+                f"{self.kv_dtype} is a block-scaled weight format, not a KV-cache format "
+                "(use bf16, fp16 or fp8)",
+            )
 
 
 def within_context(model: ModelSpec, name: str, tokens: int) -> None:

@@ -128,7 +128,7 @@ class StepCostModel:
         self.gpu = gpu
         self.deployment = deployment
         self.efficiency = efficiency
-        self.gemm_dtype: DType = compute_dtype_for(deployment.weight_dtype)
+        self.gemm_dtype: DType = compute_dtype_for(deployment.weight_dtype, gpu.peak_flops_per_s)
         self.attention_dtype: DType = attention_dtype_for(gpu, deployment)
         self.coefficients: OpCoefficients = op_coefficients(model, deployment, self.attention_dtype)
         gemm_rate = gpu.peak(self.gemm_dtype) * efficiency.gemm

@@ -46,7 +46,14 @@ SYSTEMS: Mapping[str, str] = {
 """aiconfigurator system name -> Ridgeline GPU id."""
 
 _ENGINE_DIR = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-_DTYPES = {"bfloat16": DType.BF16, "float16": DType.FP16, "fp8": DType.FP8}
+_DTYPES = {
+    "bfloat16": DType.BF16,
+    "float16": DType.FP16,
+    "fp8": DType.FP8,
+    "fp8_block": DType.FP8_BLOCK,
+    "nvfp4": DType.NVFP4,
+    "w4a16_mxfp4": DType.MXFP4,  # MoE: MXFP4 experts dequantised to bf16 (Hopper's gpt-oss)
+}
 _M_AXIS = tuple(float(2**i) for i in range(16))  # 1 .. 32,768 tokens
 _SIGNIFICANT = 4
 _HEAD_DIMS = (64, 128, 256)  # MLA (192, 512) has tables of its own

@@ -31,8 +31,10 @@ remembered by its (rounded) shape, so a simulation pays the table look-ups once 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from app.engine.counting import OpClass, expected_distinct_experts
+from app.engine.dtypes import DType
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.profile import OpFamily, Profile
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
@@ -111,7 +113,7 @@ class ProfiledStepCost(StepCostModel):
         h = model.head_dim
         moe = model.moe
         dense_layers = layers if moe is None else moe.num_dense_layers
-        gemm = profile.gemm.get(self.gemm_dtype)
+        gemm = _table_for(profile.gemm, deployment.weight_dtype)
         activation_gemm = profile.gemm.get(deployment.activation_dtype)
         self._qkv_curve = self._o_curve = self._ffn_curve = self._lm_curve = None
         if gemm is not None:
@@ -142,7 +144,7 @@ class ProfiledStepCost(StepCostModel):
         self._moe_curve: Curve | None = None
         if moe is not None and moe.num_shared_experts == 0:
             key = (
-                self.gemm_dtype,
+                deployment.weight_dtype,
                 d,
                 moe.expert_intermediate_size,
                 moe.experts_per_token,
@@ -150,6 +152,8 @@ class ProfiledStepCost(StepCostModel):
                 tp,
             )
             table = profile.moe.get(key)
+            if table is None and deployment.weight_dtype in _SAME_BYTES:
+                table = profile.moe.get((_SAME_BYTES[deployment.weight_dtype], *key[1:]))
             if table is not None:
                 moe_layers = layers - moe.num_dense_layers
                 tokens = table.axes[0]
@@ -390,6 +394,21 @@ class ProfiledStepCost(StepCostModel):
             for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
         )
         return integral + (values[0] + values[-1]) / 2.0
+
+
+_SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
+"""Weight formats of the same size and compute, whose tables stand in for each other (the
+per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
+
+
+def _table_for(tables: Mapping[DType, Grid], weight_dtype: DType) -> Grid | None:
+    """The GEMM table of weights stored as `weight_dtype`: measured with that format, or with
+    one of the same size and compute. Not the compute format's: int4 or MXFP4 weights run bf16
+    multiplies but read a quarter of the bytes, which a bf16 table does not see."""
+    found = tables.get(weight_dtype)
+    if found is None and weight_dtype in _SAME_BYTES:
+        found = tables.get(_SAME_BYTES[weight_dtype])
+    return found
 
 
 def _attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
