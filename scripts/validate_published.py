@@ -14,6 +14,7 @@ import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document, bundled_refs, choose_profile
 from app.engine.dtypes import DType
 from app.engine.estimates import estimate_prefill, estimate_request
-from app.engine.profiles import ProfiledStepCost
-from app.engine.specs import Deployment, SpecError
+from app.engine.profiles import Profile, ProfiledStepCost
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
 
@@ -42,11 +43,23 @@ class Comparison:
         return 100.0 * (self.estimated / self.measured - 1.0)
 
 
+@cache
+def _gpu(gpu_id: str) -> GpuSpec:
+    return gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == gpu_id))
+
+
+@cache
+def _model(model_id: str) -> ModelSpec:
+    return model_spec_from_fields(next(m for m in bundled_models() if m["id"] == model_id))
+
+
+@cache
+def _profile(profile_id: str) -> Profile:
+    return bundled_document(profile_id).to_profile()
+
+
 def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]:
-    gpus = {g["id"]: g for g in bundled_gpus()}
-    models = {m["id"]: m for m in bundled_models()}
-    gpu = gpu_spec_from_fields(gpus[point["gpu"]])
-    model = model_spec_from_fields(models[point["model"]])
+    gpu, model = _gpu(point["gpu"]), _model(point["model"])
     weight = DType(point["weight_dtype"])
     deployment = Deployment(tp=point["tp"], weight_dtype=weight, kv_dtype=DType.BF16)
     if use_profile:
@@ -55,7 +68,7 @@ def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]
         # none for that engine; the GPU's default when the source names no engine.
         ref = choose_profile(refs, point["engine"])
         if ref is not None:
-            profile = bundled_document(ref.id).to_profile()
+            profile = _profile(ref.id)
             return ProfiledStepCost(model, gpu, deployment, profile), profile.label
     return StepCostModel(model, gpu, deployment, gpu.efficiency), "roofline"
 

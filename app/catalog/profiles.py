@@ -29,6 +29,7 @@ __all__ = [
     "bundled_refs",
     "choose_profile",
     "profile_refs",
+    "version_key",
 ]
 
 ROOFLINE = "roofline"
@@ -82,8 +83,11 @@ def profile_refs(session: Session, gpu_id: str) -> tuple[ProfileRef, ...]:
     return stored + tuple(ref for ref in bundled_refs() if ref.gpu == gpu_id)
 
 
-def _version_key(version: str) -> tuple[Any, ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
+def version_key(version: str) -> tuple[Any, ...]:
+    """An engine version as a sort key: numeric parts as numbers (0.5.14 after 0.5.9), a
+    release-candidate tag as its own part (1.3.0rc20 after 1.3.0rc9); any two keys compare."""
+    parts = version.replace("rc", ".rc.").split(".")
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
 
 
 def choose_profile(refs: tuple[ProfileRef, ...], engine: str | None) -> ProfileRef | None:
@@ -101,7 +105,7 @@ def choose_profile(refs: tuple[ProfileRef, ...], engine: str | None) -> ProfileR
     if not matching:
         return None
     defaults = [ref for ref in matching if ref.default]
-    return defaults[0] if defaults else max(matching, key=lambda ref: _version_key(ref.version))
+    return defaults[0] if defaults else max(matching, key=lambda ref: version_key(ref.version))
 
 
 class ProfileLibrary:

@@ -42,6 +42,12 @@ class CachedGpu:
     """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
     of `error_pct` over its stored runs under its current efficiency, as stored when a run, a
     calibration or the GPU last changed (`app.catalog.orm.GpuExpectedError`)."""
+    spec_key: str = field(init=False, repr=False, compare=False)
+    """The spec as a hashable key (its repr: a dict inside makes the spec itself unhashable),
+    made once per fill, not once per request."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec_key", repr(self.spec))
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from app.catalog.profiles import version_key
 from app.engine.dtypes import DType
 from app.engine.specs import GpuSpec
 from app.formats.profile_document import ENGINE_OVERHEAD, ProfileDocument, fit_tables
@@ -86,21 +87,23 @@ def _round(value: float | None) -> float | None:
 
 def _version_dir(root: Path, op: str, engine: str, version: str | None) -> Path:
     base = root / op / _ENGINE_DIR[engine]
-    versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=_version_key)
+    versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
     if not versions:
         raise FileNotFoundError(f"no {op} data for {engine} under {base}")
     chosen = version or versions[-1]
     if chosen not in versions:
         # Older op tables serve newer engine versions (the database's own backward fill).
-        older = [v for v in versions if _version_key(v) <= _version_key(chosen)]
+        older = [v for v in versions if version_key(v) <= version_key(chosen)]
         if not older:
             raise FileNotFoundError(f"no {op} data for {engine} {chosen} (have {versions})")
         chosen = older[-1]
     return base / chosen
 
 
-def _version_key(version: str) -> tuple[int | str, ...]:
-    return tuple(int(p) if p.isdigit() else p for p in version.replace("rc", ".rc.").split("."))
+def _keep_fastest(cells: dict[Any, float], key: Any, latency: float) -> None:
+    """Several kernels measured one shape: the engine picks the fastest."""
+    best = cells.get(key)
+    cells[key] = latency if best is None else min(best, latency)
 
 
 def _gemm_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -110,9 +113,7 @@ def _gemm_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if dtype is None or float(row["m"]) not in _M_AXIS:
             continue
         key = (float(row["m"]), float(row["n"]), float(row["k"]))
-        # Several kernels for one shape: the engine picks the fastest.
-        best = by_dtype[dtype].get(key)
-        by_dtype[dtype][key] = row["latency"] if best is None else min(best, row["latency"])
+        _keep_fastest(by_dtype[dtype], key, row["latency"])
     tables = []
     for dtype, cells in sorted(by_dtype.items()):
         ms = sorted({m for m, _, _ in cells})
@@ -134,8 +135,7 @@ def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[d
         tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
         key = (kv_dtype, row["num_heads"], row["num_key_value_heads"], row["head_dim"])
         cell = (float(row["batch_size"]), tokens)
-        best = layouts[key].get(cell)
-        layouts[key][cell] = row["latency"] if best is None else min(best, row["latency"])
+        _keep_fastest(layouts[key], cell, row["latency"])
     tables = []
     for (kv_dtype, heads, kv_heads, head_dim), cells in sorted(layouts.items()):
         if heads % kv_heads:
@@ -168,8 +168,7 @@ def _all_reduce_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
         if "eager" in str(row.get("backend", "")):
             continue
         key = (2.0 * row["message_size"], float(row["num_gpus"]))
-        best = cells.get(key)
-        cells[key] = row["latency"] if best is None else min(best, row["latency"])
+        _keep_fastest(cells, key, row["latency"])
     if not cells:
         return None
     sizes = sorted({s for s, _ in cells})
@@ -203,8 +202,7 @@ def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             row["moe_tp_size"],
         )
         count = float(row["num_tokens"])
-        best = shapes[key].get(count)
-        shapes[key][count] = row["latency"] if best is None else min(best, row["latency"])
+        _keep_fastest(shapes[key], count, row["latency"])
     tables = []
     for (dtype, hidden, inter, topk, experts, tp), cells in sorted(shapes.items()):
         tokens = sorted(cells)

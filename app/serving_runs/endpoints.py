@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from app.serving_runs import service
 from app.serving_runs.schemas import ServingRunCreate, ServingRunList, ServingRunRead
@@ -16,7 +17,6 @@ from app.web.deps import (
     OffsetQuery,
     SpecCacheDep,
     json_response,
-    read_in_session,
     read_json,
     text_filter,
     write_in_session,
@@ -50,13 +50,13 @@ async def create_serving_run_route(
     upload = body.upload()
     measurements = service.measurements_of(upload)
 
-    def prepare(_session: object) -> tuple[list[service.SimulationJob], str, str]:
+    def prepare() -> tuple[list[service.SimulationJob], str, str]:
         jobs = service.prepare_replays(cache, upload, measurements)
         model = resolve_model(cache, upload.target.model)[1]
         gpu = resolve_gpu_spec(cache, upload.target.gpu)[1]
         return jobs, model, gpu
 
-    jobs, model_id, gpu_id = await read_in_session(request, prepare)
+    jobs, model_id, gpu_id = await run_in_threadpool(prepare)  # the spec cache reads the catalog
     validation = await heavy.run(request, service.compare, measurements, jobs)
     document = body.model_dump(mode="json")
     return await write_in_session(

@@ -206,7 +206,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         if profile is None or cached is None:
             cost: StepCostModel = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
         else:
-            key = (model_spec, repr(gpu_spec), query.deployment, profile.id)
+            key = (model_spec, cached.spec_key, query.deployment, profile.id)
             cost = _PROFILED.get(key) or _PROFILED.put(
                 key, ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
             )
@@ -233,8 +233,8 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
 class _Recent:
     """The most recently built profiled timers: building one reduces the profile's tables to the
     model's shapes (about a millisecond), which the estimate hot path must not pay per request.
-    Keys carry the whole GPU spec (its repr: a dict inside makes it unhashable), so a changed
-    or re-created entry is never answered from here."""
+    Keys carry the whole GPU spec (`CachedGpu.spec_key`), so a changed or re-created entry is
+    never answered from here."""
 
     def __init__(self, size: int) -> None:
         self._size = size
@@ -265,9 +265,9 @@ def _profile(
     """The profile `engine` asks for on this catalog GPU, when the efficiency is calibrated
     (`ideal` and explicit efficiencies are roofline what-ifs); a 422 naming `engine` for a
     version the GPU has no profile of."""
+    if cached is None and engine is not None and "@" in engine:
+        raise InvalidInput.at("engine", "an inline GPU has no profiles")
     if cached is None or mode is not EfficiencyMode.CALIBRATED:
-        if engine not in (None, ROOFLINE) and "@" in engine and cached is None:
-            raise InvalidInput.at("engine", "an inline GPU has no profiles")
         return None
     ref = choose_profile(cached.profiles, engine)
     if ref is None:
