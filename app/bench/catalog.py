@@ -32,6 +32,7 @@ __all__ = [
 
 _DATA_PACKAGE = "app.catalog"
 _SPEC_KEYS = tuple(name for name in RunModelSpec.model_fields if name != "id")
+_REQUIRED_KEYS = tuple(name for name in _SPEC_KEYS if RunModelSpec.model_fields[name].is_required())
 _HTTP_TIMEOUT_S = 30.0
 
 
@@ -98,8 +99,9 @@ def run_model_spec(
 ) -> RunModelSpec:
     """The spec the job runs for a catalog-shaped `entry`, with `layers` layers if given.
 
-    Raises `ModelResolutionError` for a mixture-of-experts model (the job does not run them
-    yet), a missing key, or an impossible spec.
+    Raises `ModelResolutionError` for an architecture the job's model does not implement
+    (mixture of experts, latent attention, windowed attention, attention sinks: its layers are
+    Llama's), a missing key, or an impossible spec.
     """
     name = model_id or "the config.json model"
     if entry.get("moe") is not None:
@@ -107,7 +109,17 @@ def run_model_spec(
             f"{name} is a mixture-of-experts model; the benchmark job does not run MoE "
             "models yet (pick a dense model)"
         )
-    missing = [key for key in _SPEC_KEYS if key not in entry and key != "moe"]
+    if entry.get("mla") is not None:
+        raise ModelResolutionError(
+            f"{name} uses multi-head latent attention; the benchmark job runs Llama-shaped "
+            "attention only"
+        )
+    if entry.get("window_layers") or entry.get("attention_sinks"):
+        raise ModelResolutionError(
+            f"{name} has windowed attention or attention sinks; the benchmark job runs full "
+            "attention only, which would time another model"
+        )
+    missing = [key for key in _REQUIRED_KEYS if key not in entry]
     if missing:
         raise ModelResolutionError(f"{name}: the entry lacks {', '.join(missing)}")
     fields = {key: entry[key] for key in _SPEC_KEYS if key in entry}

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_ser
 from app.catalog.orm import ModelRow
 from app.engine.calibration import MIN_FRACTION
 from app.engine.dtypes import DType
-from app.engine.specs import ModelSpec, MoeSpec
+from app.engine.specs import MlaSpec, ModelSpec, MoeSpec
 from app.formats.specs import SpecSchema, derived_from
 from app.web.schemas import (
     ENTRY_ID,
@@ -278,9 +278,14 @@ class MoeFields(SpecSchema, Input):
     """A mixture-of-experts FFN."""
 
 
+@derived_from(MlaSpec)
+class MlaFields(SpecSchema, Input):
+    """Multi-head latent attention: the compressed KV latent and the per-head widths."""
+
+
 @derived_from(
     ModelSpec,
-    nested={MoeSpec: MoeFields},
+    nested={MoeSpec: MoeFields, MlaSpec: MlaFields},
     enums={DType: (Format, lambda dtype: StorageFormat(dtype.value))},
 )
 class ModelArchitecture(SpecSchema, Input):

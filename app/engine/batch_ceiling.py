@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from app.engine.counting import kv_slots
 from app.engine.estimates import deployment_warnings
 from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
@@ -113,7 +114,8 @@ def estimate_batch_ceiling(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
     )
-    per_sequence = kv_tokens_per_sequence(context_tokens, block_tokens) * plan.kv_bytes_per_token
+    kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
+    per_sequence = kv_slots(model, context_tokens, block_tokens) * plan.kv_bytes_per_token
     by_memory = max(0, math.floor(plan.kv_pool_bytes / per_sequence))
     warnings = deployment_warnings(cost)
     if by_memory == 0:

@@ -20,7 +20,7 @@ writes the score matrix, so attention streams Q, K, V and O only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -35,13 +35,17 @@ __all__ = [
     "OpCount",
     "StepCount",
     "attention_dtype_for",
+    "bounded_by_window",
     "count_step",
     "expected_distinct_experts",
     "kv_bytes_per_token",
     "kv_heads_per_gpu",
+    "kv_slots",
+    "mla_replicated_params",
     "op_coefficients",
     "pairs_for_chunk",
     "validate_tp",
+    "window_bounded",
 ]
 
 LOGIT_BYTES = 4.0
@@ -90,21 +94,52 @@ def validate_tp(model: ModelSpec, tp: int) -> None:
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
-    """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; article C)."""
+    """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; article C). With MLA
+    the heads' keys and values exist only while prefill decompresses them: H/tp."""
     return max(1.0, model.num_kv_heads / tp)
 
 
 def kv_bytes_per_token(model: ModelSpec, deployment: Deployment) -> float:
-    """KV-cache bytes one token takes on one GPU: 2 * L * max(1, K/tp) * h * kv bytes."""
+    """KV-cache bytes one token takes on one GPU over all layers (windowed layers included: the
+    cost of a token within the window; `kv_slots` bounds a whole sequence):
+    2 * L * max(1, K/tp) * h * kv bytes, or with MLA L * (kv_lora_rank + qk_rope_head_dim) *
+    kv bytes on every GPU, since tensor parallelism splits heads and the latent belongs to none."""
     validate_tp(model, deployment.tp)
     kv_heads = kv_heads_per_gpu(model, deployment.tp)
     return _kv_bytes_per_token(model, kv_heads, deployment.kv_dtype)
 
 
 def _kv_bytes_per_token(model: ModelSpec, kv_heads_per_gpu: float, kv_dtype: DType) -> float:
-    # K and V, max(1, K/tp) heads of h elements per layer (article B erratum, docs/model.md).
     kv_b = BYTES_PER_ELEMENT[kv_dtype]
+    if model.mla is not None:
+        # One latent and one rotary key per token per layer, shared by all heads (DeepSeek-V3:
+        # 61 * (512 + 64) * 2 = 70,272 bytes in bf16), replicated on every GPU of the TP group.
+        return float(model.mla.latent_width) * kv_b * model.num_layers
+    # K and V, max(1, K/tp) heads of h elements per layer (article B erratum, docs/model.md).
     return 2.0 * kv_heads_per_gpu * model.head_dim * kv_b * model.num_layers
+
+
+def mla_replicated_params(model: ModelSpec) -> int:
+    """MLA weights every GPU of a tensor-parallel group holds whole, all layers: q_a_proj
+    (d x q_lora_rank) and kv_a_proj_with_mqa (d x (latent + rope)); 0 without MLA."""
+    mla = model.mla
+    if mla is None:
+        return 0
+    return model.num_layers * model.hidden_size * (mla.q_lora_rank + mla.latent_width)
+
+
+def kv_slots(model: ModelSpec, context_tokens: int, block_tokens: int) -> float:
+    """Token slots of all-layer KV (`kv_bytes_per_token` each) a sequence of `context_tokens`
+    holds in a paged cache of `block_tokens`-token blocks: whole blocks on the full-attention
+    layers; on windowed layers only the blocks the window touches, at most ceil(W/b) + 1 (vLLM's
+    hybrid allocator frees the blocks that slide out; a chunked layer keeps its current chunk).
+    """
+    blocks = -(-context_tokens // block_tokens)
+    if not model.window_layers:
+        return float(blocks * block_tokens)
+    windowed = min(blocks, -(-model.sliding_window // block_tokens) + 1)
+    share = model.window_layers / model.num_layers
+    return (blocks * (1.0 - share) + windowed * share) * block_tokens
 
 
 def attention_dtype_for(gpu: GpuSpec, deployment: Deployment) -> DType:
@@ -186,6 +221,20 @@ class OpCoefficients(NamedTuple):
     """Q read and O written, per query token."""
     kv_bytes_per_token: float
     """K and V of one token in the cache (per GPU, all layers), read or written."""
+    decode_attention_flops_per_token: float
+    """Decode attention FLOPs per cached token: `attention_flops_per_pair`, or with MLA's
+    absorbed weights 2 * H * (latent + rope) + 2 * H * latent per layer."""
+    decode_qo_bytes_per_sequence: float
+    """Q read and O written by one decoding sequence (MLA: in the latent's width)."""
+    prefill_expand_flops_per_token: float
+    """MLA prefill: decompressing one attended token's latent into every head's key and value
+    (kv_b_proj, 2 * latent * H * (nope + v) per layer); 0 without MLA."""
+    decode_absorb_flops_per_sequence: float
+    """MLA decode: the query's and output's trips through the absorbed kv_b weights (2 * H *
+    nope * latent + 2 * H * latent * v per layer); 0 without MLA."""
+    window_share: float
+    """The fraction of layers that attend within `window_tokens`; 0 without windows."""
+    window_tokens: int
     # tensor-parallel communication
     allreduce_bytes_per_token: float
     """Activation bytes all-reduced per token per step (two all-reduces per layer)."""
@@ -205,6 +254,8 @@ def op_coefficients(
     """
     tp = deployment.tp
     validate_tp(model, tp)
+    if model.mla is not None:
+        return _mla_coefficients(model, deployment, attention_dtype)
     d, h, layers = model.hidden_size, model.head_dim, model.num_layers
     weight_b = BYTES_PER_ELEMENT[deployment.weight_dtype]
     act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
@@ -283,10 +334,118 @@ def op_coefficients(
         attention_flops_per_pair=4.0 * heads_gpu * h * layers,
         attention_qo_bytes_per_token=2.0 * heads_gpu * h * qo_b * layers,
         kv_bytes_per_token=_kv_bytes_per_token(model, kv_heads_gpu, deployment.kv_dtype),
+        decode_attention_flops_per_token=4.0 * heads_gpu * h * layers,
+        decode_qo_bytes_per_sequence=2.0 * heads_gpu * h * qo_b * layers,
+        prefill_expand_flops_per_token=0.0,
+        decode_absorb_flops_per_sequence=0.0,
+        window_share=model.window_layers / layers,
+        window_tokens=model.sliding_window,
         # Megatron TP: one all-reduce after attention, one after the FFN, of d per token.
         allreduce_bytes_per_token=2.0 * d * act_b * layers if tp > 1 else 0.0,
         allreduces_per_step=2 * layers if tp > 1 else 0,
         linear_flops_per_token=qkv_flops + o_flops + ffn_flops + router_flops + expert_flops,
+    )
+
+
+def _mla_coefficients(
+    model: ModelSpec, deployment: Deployment, attention_dtype: DType
+) -> OpCoefficients:
+    """`op_coefficients` of a model with multi-head latent attention, as vLLM and SGLang run it.
+
+    Prefill decompresses: kv_b_proj expands every attended token's latent into per-head keys
+    (nope) and values, and attention runs as MHA over H heads of qk = nope + rope (keys) and v
+    (values). Decode absorbs kv_b into the query and the output (DeepSeek-V2 section 2.1.3):
+    each head attends over the cached latent directly, as MQA with keys of latent + rope and
+    values of latent, so a cached token costs 2 * H * (latent + rope) + 2 * H * latent FLOPs and
+    is read once for all heads. Under tensor parallelism the heads split and q_a/kv_a_proj and
+    the latent cache are replicated on every GPU (vLLM's ReplicatedLinear): the cache does not
+    shrink with tp, which is why DeepSeek deployments run attention data-parallel instead.
+    The FFN, MoE and LM head are as in `op_coefficients`."""
+    mla = model.mla
+    assert mla is not None
+    base = op_coefficients(replace(model, mla=None), deployment, attention_dtype)
+    tp, d, layers = deployment.tp, model.hidden_size, model.num_layers
+    weight_b = BYTES_PER_ELEMENT[deployment.weight_dtype]
+    act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
+    qo_b = BYTES_PER_ELEMENT[attention_dtype]
+    heads = model.num_attention_heads / tp
+    latent, rope, nope, v = (
+        mla.kv_lora_rank,
+        mla.qk_rope_head_dim,
+        mla.qk_nope_head_dim,
+        mla.v_head_dim,
+    )
+    qk = nope + rope
+    if mla.q_lora_rank:
+        q_weights = d * mla.q_lora_rank + mla.q_lora_rank * heads * qk  # q_a replicated, q_b split
+        q_outputs = mla.q_lora_rank + heads * qk
+    else:
+        q_weights, q_outputs = d * heads * qk, heads * qk
+    kv_a = d * (latent + rope)
+    kv_b = latent * heads * (nope + v)
+    qkv_flops = 2.0 * (q_weights + kv_a) * layers
+    o_width = heads * v
+    o_flops = 2.0 * o_width * d * layers
+    return base._replace(
+        kv_heads_per_gpu=heads,
+        qkv_flops_per_token=qkv_flops,
+        qkv_weight_bytes=(q_weights + kv_a + kv_b) * weight_b * layers,
+        qkv_activation_bytes_per_token=(d + q_outputs + latent + rope) * act_b * layers,
+        o_flops_per_token=o_flops,
+        o_weight_bytes=o_width * d * weight_b * layers,
+        o_activation_bytes_per_token=(o_width + d) * act_b * layers,
+        attention_flops_per_pair=2.0 * heads * (qk + v) * layers,
+        attention_qo_bytes_per_token=heads * (qk + v) * qo_b * layers,
+        kv_bytes_per_token=_kv_bytes_per_token(model, heads, deployment.kv_dtype),
+        decode_attention_flops_per_token=2.0 * heads * (2 * latent + rope) * layers,
+        decode_qo_bytes_per_sequence=heads * (2 * latent + rope) * qo_b * layers,
+        prefill_expand_flops_per_token=2.0 * latent * heads * (nope + v) * layers,
+        decode_absorb_flops_per_sequence=2.0 * heads * latent * (nope + v) * layers,
+        linear_flops_per_token=base.linear_flops_per_token
+        - base.qkv_flops_per_token
+        - base.o_flops_per_token
+        + qkv_flops
+        + o_flops,
+    )
+
+
+def window_bounded(c: OpCoefficients, load: StepLoad) -> tuple[float, float, float]:
+    """`bounded_by_window` of a step's load: its attention pairs, prefill KV reads and decode
+    context tokens."""
+    return bounded_by_window(
+        c,
+        load.prefill_tokens,
+        load.prefill_chunks,
+        load.prefill_attention_pairs,
+        load.prefill_kv_tokens,
+        load.decode_seqs,
+        load.decode_context_tokens,
+    )
+
+
+def bounded_by_window(  # noqa: PLR0917 - positional: StepLoad's fields, in step loops
+    c: OpCoefficients,
+    prefill_tokens: int,
+    prefill_chunks: int,
+    pairs: float,
+    kv_tokens: float,
+    decode_seqs: int,
+    context: float,
+) -> tuple[float, float, float]:
+    """A step's attention pairs, prefill KV reads and decode context tokens with the windowed
+    layers' share bounded by the window: a query sees at most W keys, a chunk reads at most W
+    cached tokens and a decode at most W. From aggregates the bound is min(sum, count * W),
+    which equals the sum of the per-sequence bounds when every sequence is on the same side of
+    the window and exceeds it otherwise: never less work than the engine does."""
+    share = c.window_share
+    if not share:
+        return pairs, kv_tokens, context
+    window = c.window_tokens
+    keep = 1.0 - share
+    return (
+        pairs * keep + min(pairs, prefill_tokens * window) * share,
+        kv_tokens * keep + min(kv_tokens, prefill_chunks * window) * share,
+        context * keep + min(context, decode_seqs * window) * share,
     )
 
 
@@ -381,6 +540,8 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
     )
     # Whole deployment: the per-GPU work (coefficients times the load) times tp.
     scale = float(c.tp)
+    pairs, kv_tokens, context = window_bounded(c, load)
+    attended = kv_tokens  # the cached prefix and the chunk itself
     return StepCount(
         (
             OpCount(
@@ -415,17 +576,24 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
             ),
             OpCount(
                 OpClass.PREFILL_ATTENTION,
-                flops=load.prefill_attention_pairs * c.attention_flops_per_pair * scale,
-                kv_read_bytes=load.prefill_kv_tokens * c.kv_bytes_per_token * scale,
+                flops=(
+                    pairs * c.attention_flops_per_pair + attended * c.prefill_expand_flops_per_token
+                )
+                * scale,
+                kv_read_bytes=kv_tokens * c.kv_bytes_per_token * scale,
                 kv_write_bytes=load.prefill_tokens * c.kv_bytes_per_token * scale,
                 activation_bytes=load.prefill_tokens * c.attention_qo_bytes_per_token * scale,
             ),
             OpCount(
                 OpClass.DECODE_ATTENTION,
-                flops=load.decode_context_tokens * c.attention_flops_per_pair * scale,
-                kv_read_bytes=load.decode_context_tokens * c.kv_bytes_per_token * scale,
+                flops=(
+                    context * c.decode_attention_flops_per_token
+                    + load.decode_seqs * c.decode_absorb_flops_per_sequence
+                )
+                * scale,
+                kv_read_bytes=context * c.kv_bytes_per_token * scale,
                 kv_write_bytes=load.decode_seqs * c.kv_bytes_per_token * scale,
-                activation_bytes=load.decode_seqs * c.attention_qo_bytes_per_token * scale,
+                activation_bytes=load.decode_seqs * c.decode_qo_bytes_per_sequence * scale,
             ),
             OpCount(
                 OpClass.LM_HEAD,

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from app.engine.counting import OpCount, StepCount, op_coefficients, pairs_for_chunk
-from app.engine.memory import kv_tokens_per_sequence, memory_plan, weight_fit_warnings
+from app.engine.counting import OpCount, StepCount, kv_slots, op_coefficients, pairs_for_chunk
+from app.engine.memory import DEFAULT_BLOCK_TOKENS, memory_plan, weight_fit_warnings
 from app.engine.specs import SpecError, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
@@ -369,7 +369,9 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
     peak = cost.peak_flops_per_s * cost.deployment.tp
     warnings = deployment_warnings(cost)
     plan = memory_plan(cost.model, cost.gpu, cost.deployment)
-    needed = batch_size * (kv_tokens_per_sequence(context_tokens) * plan.kv_bytes_per_token)
+    needed = batch_size * (
+        kv_slots(cost.model, context_tokens, DEFAULT_BLOCK_TOKENS) * plan.kv_bytes_per_token
+    )
     if needed > plan.kv_pool_bytes:
         warnings.append(
             f"{batch_size} sequences of {context_tokens} tokens need {needed / GB:.1f} GB of KV "

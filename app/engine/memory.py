@@ -13,7 +13,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from app.engine.counting import LOGIT_BYTES, kv_bytes_per_token, kv_heads_per_gpu, validate_tp
+from app.engine.counting import (
+    LOGIT_BYTES,
+    kv_bytes_per_token,
+    kv_heads_per_gpu,
+    kv_slots,
+    mla_replicated_params,
+    validate_tp,
+)
 from app.engine.dtypes import BYTES_PER_ELEMENT
 from app.engine.params import ParamCount, count_params
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
@@ -61,8 +68,11 @@ def _weight_bytes(model: ModelSpec, deployment: Deployment, params: ParamCount) 
     # K/V projections: each GPU holds max(1, K/tp) of the K heads' weights.
     kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
     sharded = (params.attention_qo + params.dense_ffn + params.experts) / tp
+    # MLA: q_a and kv_a (d -> the bottlenecks) are replicated on every GPU (vLLM's
+    # ReplicatedLinear); the rest of attention splits by heads.
+    replicated = mla_replicated_params(model) * (1.0 - 1.0 / tp)
     return (
-        (sharded + params.attention_kv * kv_share) * weight_b
+        (sharded + params.attention_kv * kv_share + replicated) * weight_b
         + (params.embedding + params.lm_head + params.router) / tp * act_b
         + params.norms * act_b
     )
@@ -74,10 +84,10 @@ def kv_bytes_per_sequence(
     context_tokens: int,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> float:
-    """KV bytes of one sequence on one GPU, rounded up to whole paged blocks (PagedAttention)."""
-    return kv_tokens_per_sequence(context_tokens, block_tokens) * kv_bytes_per_token(
-        model, deployment
-    )
+    """KV bytes of one sequence on one GPU, rounded up to whole paged blocks (PagedAttention);
+    windowed layers hold only the blocks their window touches (`counting.kv_slots`)."""
+    kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
+    return kv_slots(model, context_tokens, block_tokens) * kv_bytes_per_token(model, deployment)
 
 
 def kv_tokens_per_sequence(context_tokens: int, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> int:

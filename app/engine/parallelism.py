@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.engine.counting import validate_tp
+from app.engine.counting import kv_slots, validate_tp
 from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -130,7 +130,7 @@ def _candidate(
     prefill: StepLoad,
     decode: StepLoad,
     context_tokens: int,
-    kv_tokens: int,
+    kv_tokens: float,
     batch_size: int,
     ttft_slo_ms: float | None,
     tpot_slo_ms: float | None,
@@ -183,6 +183,13 @@ def _candidate(
             f"tp {tp} exceeds the {kv_heads} KV heads: each KV head is replicated "
             f"{replication:g} times, so every GPU stores and reads {replication:g}x the KV "
             f"cache it would with tp {kv_heads} ({extra:.0f} extra bytes per token per GPU)"
+        )
+    if model.mla is not None and tp > 1:
+        reasons.append(
+            f"MLA: the latent KV cache ({plan.kv_bytes_per_token:.0f} bytes per token) is the "
+            f"same on every GPU at any tp (tp splits heads; the latent belongs to none), so tp "
+            f"{tp} holds {tp}x the cache of one copy; attention data parallelism (dp) splits "
+            "the sequences instead and each GPU caches only its own"
         )
     cost = StepCostModel(model, gpu, deployment, efficiency)
     prefill_s, decode_s = cost.seconds(prefill), cost.seconds(decode)
@@ -294,7 +301,8 @@ def assess_tp(
     params = count_params(model)
     prefill = prefill_load(prompt_tokens, batch_size=batch_size)
     decode = decode_load(batch_size, context_tokens)
-    kv_tokens = kv_tokens_per_sequence(context_tokens, block_tokens)
+    kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
+    kv_tokens = kv_slots(model, context_tokens, block_tokens)
     results = tuple(
         _candidate(
             model,

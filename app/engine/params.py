@@ -56,6 +56,10 @@ class ParamCount:
     """Routed and shared experts of the MoE layers."""
     norms: int
     lm_head: int
+    mtp: int
+    """Multi-token-prediction layers (`ModelSpec.mtp_layers`), outside `total`: each is one MoE
+    decoder layer, a 2d x d projection and three norms, sharing the model's embedding and LM head
+    (DeepSeek-V3's `model.layers.61`)."""
     total: int
     active: int
     non_embedding: int
@@ -70,13 +74,9 @@ def count_params(model: ModelSpec) -> ParamCount:
 
     # Token embedding table, vocab x hidden (nn.Embedding(vocab_size, hidden_size)).
     embedding = vocab * d
-    # Q and O: hidden -> H*h and back; K and V: hidden -> K*h each (GQA, Ainslie et al. 2023).
-    attention_qo = layers * 2 * d * model.q_width
-    attention_kv = layers * 2 * d * model.kv_width
-    if model.attention_bias:
-        # Q/K/V projection biases, one per output feature (Qwen2 `Qwen2Attention`, bias=True).
-        attention_qo += layers * model.q_width
-        attention_kv += layers * 2 * model.kv_width
+    attention_qo, attention_kv, attention_norms = _attention(model)
+    attention_qo *= layers
+    attention_kv *= layers
 
     # Dense FFN of `intermediate_size`: d x f per matrix (gate, up, down or up, down).
     matrices = model.ffn_type.matrices
@@ -100,11 +100,23 @@ def count_params(model: ModelSpec) -> ParamCount:
     ffn = dense_ffn + router + experts
     inactive = experts - active_experts
 
-    # RMSNorm weights of d: before attention and before the FFN in each layer, plus the final norm.
-    norms = layers * 2 * d + d
+    # RMSNorm weights of d: before attention and before the FFN in each layer, plus the final norm
+    # (and MLA's norms inside the latent bottlenecks).
+    norms = layers * (2 * d + attention_norms) + d
     # Output projection hidden -> vocab; stored only when not tied to the embedding.
     output_matmul = vocab * d
     lm_head = 0 if model.tie_word_embeddings else output_matmul
+
+    mtp = 0
+    if model.mtp_layers:
+        layer_attention = sum(_attention(model))
+        if moe is None:
+            layer_ffn = matrices * d * model.intermediate_size
+        else:
+            layer_ffn = (moe.num_experts + moe.num_shared_experts) * matrices * d * (
+                moe.expert_intermediate_size
+            ) + d * moe.num_experts
+        mtp = model.mtp_layers * (layer_attention + layer_ffn + 2 * d + 2 * d * d + 3 * d)
 
     total = embedding + attention + ffn + norms + lm_head
     non_embedding = attention + ffn + norms + output_matmul
@@ -119,8 +131,38 @@ def count_params(model: ModelSpec) -> ParamCount:
         experts=experts,
         norms=norms,
         lm_head=lm_head,
+        mtp=mtp,
         total=total,
         active=total - inactive,
         non_embedding=non_embedding,
         active_non_embedding=non_embedding - inactive,
     )
+
+
+def _attention(model: ModelSpec) -> tuple[int, int, int]:
+    """One layer's attention weights: (Q and O, K and V, norms inside the block)."""
+    d = model.hidden_size
+    heads = model.num_attention_heads
+    sinks = heads if model.attention_sinks else 0  # gpt-oss: one learned logit per head
+    mla = model.mla
+    if mla is not None:
+        # DeepSeek-V3 `DeepseekV3Attention`: q_a (d -> q_lora), its norm, q_b (q_lora -> H qk),
+        # or q_proj (d -> H qk); kv_a_proj_with_mqa (d -> latent + rope), its norm, kv_b
+        # (latent -> H (nope + v)); o_proj (H v -> d).
+        if mla.q_lora_rank:
+            q = d * mla.q_lora_rank + mla.q_lora_rank * heads * mla.qk_head_dim
+        else:
+            q = d * heads * mla.qk_head_dim
+        o = heads * mla.v_head_dim * d
+        kv = d * mla.latent_width + mla.kv_lora_rank * heads * (
+            mla.qk_nope_head_dim + mla.v_head_dim
+        )
+        return q + o + sinks, kv, mla.q_lora_rank + mla.kv_lora_rank
+    # Q and O: hidden -> H*h and back; K and V: hidden -> K*h each (GQA, Ainslie et al. 2023).
+    qo = 2 * d * model.q_width + sinks
+    kv = 2 * d * model.kv_width
+    if model.attention_bias:
+        # Q/K/V projection biases, one per output feature (Qwen2 `Qwen2Attention`, bias=True).
+        qo += model.q_width
+        kv += 2 * model.kv_width
+    return qo, kv, 0

@@ -26,9 +26,11 @@ __all__ = [
     "FfnType",
     "GpuSpec",
     "InterconnectSpec",
+    "MlaSpec",
     "ModelSpec",
     "MoeSpec",
     "SpecError",
+    "WindowKind",
     "positive",
     "rebuilt_exception",
     "spec_field",
@@ -120,7 +122,9 @@ class MoeSpec:
         "Width of a shared expert; 0: the expert width.", default=0, ge=0, le=2**20
     )
     num_dense_layers: int = spec_field(
-        "Leading layers with a dense FFN of `intermediate_size` (DeepSeek).",
+        "Layers with a dense FFN of `intermediate_size` instead of experts: DeepSeek's leading "
+        "`first_k_dense_replace`, Llama 4 Maverick's every other layer. Only their number "
+        "matters to the counts.",
         default=0,
         ge=0,
         le=1000,
@@ -146,6 +150,63 @@ class MoeSpec:
     @property
     def shared_width(self) -> int:
         return self.shared_expert_intermediate_size or self.expert_intermediate_size
+
+
+@dataclass(frozen=True, slots=True)
+class MlaSpec:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; DeepSeek-AI 2024, arXiv:2405.04434).
+
+    Keys and values of a token are compressed into one latent of `kv_lora_rank` plus a rotary key
+    of `qk_rope_head_dim`, shared by every head: that latent is the KV cache. Each head's query
+    and key have a non-rotary part (`qk_nope_head_dim`) and the shared rotary part; its value
+    has `v_head_dim`. Queries go through a low-rank bottleneck of `q_lora_rank` (0: projected
+    directly, as in DeepSeek-V2-Lite)."""
+
+    kv_lora_rank: int = spec_field(
+        "Width of the compressed KV latent (the cache per token per layer, with the rope key).",
+        gt=0,
+        le=2**16,
+        example=512,
+    )
+    qk_rope_head_dim: int = spec_field(
+        "Rotary key/query width, shared across heads.", gt=0, le=1024, example=64
+    )
+    qk_nope_head_dim: int = spec_field(
+        "Non-rotary query/key width per head.", gt=0, le=1024, example=128
+    )
+    v_head_dim: int = spec_field("Value width per head.", gt=0, le=1024, example=128)
+    q_lora_rank: int = spec_field(
+        "Width of the query bottleneck; 0: queries are projected directly.",
+        default=0,
+        ge=0,
+        le=2**16,
+        example=1536,
+    )
+
+    def __post_init__(self) -> None:
+        positive("mla.kv_lora_rank", self.kv_lora_rank)
+        positive("mla.qk_rope_head_dim", self.qk_rope_head_dim)
+        positive("mla.qk_nope_head_dim", self.qk_nope_head_dim)
+        positive("mla.v_head_dim", self.v_head_dim)
+        if self.q_lora_rank < 0:
+            raise SpecError("mla.q_lora_rank", "must not be negative")
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key width per head: the non-rotary and rotary parts."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_width(self) -> int:
+        """Elements one token caches per layer: the latent and the rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+class WindowKind(StrEnum):
+    SLIDING = (
+        "sliding"  # each query sees the last `sliding_window` tokens (Mistral, Gemma, gpt-oss)
+    )
+    CHUNKED = "chunked"  # each query sees its own chunk of `sliding_window` tokens (Llama 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +236,45 @@ class ModelSpec:
     tie_word_embeddings: bool = spec_field("LM head shares the embedding.", default=False)
     attention_bias: bool = spec_field("Q/K/V projections have biases (Qwen2).", default=False)
     moe: MoeSpec | None = spec_field("Mixture-of-experts FFN, if any.", default=None)
+    mla: MlaSpec | None = spec_field(
+        "Multi-head latent attention (DeepSeek-V3, Kimi K2), if the model uses it: then "
+        "`head_dim` is the query/key width (`qk_nope_head_dim + qk_rope_head_dim`) and "
+        "`num_kv_heads` equals `num_attention_heads`.",
+        default=None,
+    )
+    sliding_window: int = spec_field(
+        "Window of the windowed attention layers, tokens; 0: every layer attends to the whole "
+        "context.",
+        default=0,
+        ge=0,
+        le=2**24,
+        example=0,
+    )
+    window_layers: int = spec_field(
+        "How many layers attend within `sliding_window` (the others attend to everything): "
+        "all of Mistral 7B v0.1's, half of Gemma 2's and gpt-oss's, 5 in 6 of Gemma 3's, 3 in 4 "
+        "of Llama 4's.",
+        default=0,
+        ge=0,
+        le=1000,
+    )
+    window_kind: WindowKind = spec_field(
+        "`sliding`: a query sees the last `sliding_window` tokens; `chunked`: the tokens of its "
+        "own chunk of that size (Llama 4's local attention).",
+        default=WindowKind.SLIDING,
+    )
+    attention_sinks: bool = spec_field(
+        "Each head has a learned sink logit (gpt-oss): one parameter per head per layer.",
+        default=False,
+    )
+    mtp_layers: int = spec_field(
+        "Multi-token-prediction layers published beside the model (DeepSeek-V3's "
+        "`num_nextn_predict_layers`): not part of the model's forward step; they count only "
+        "when speculative decoding loads them.",
+        default=0,
+        ge=0,
+        le=16,
+    )
     checkpoint_dtype: DType = spec_field(
         "The format the published weights are in (its config's `torch_dtype`, or its "
         "quantisation). Plans serve it unless `weight_dtypes` asks for others: fp8 or fp4 "
@@ -208,6 +308,27 @@ class ModelSpec:
             )
         if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
             raise SpecError("moe.num_dense_layers", "exceeds num_layers")
+        if self.mla is not None:
+            if self.head_dim != self.mla.qk_head_dim:
+                raise SpecError(
+                    "head_dim",
+                    f"with MLA it is the query/key width qk_nope_head_dim + qk_rope_head_dim = "
+                    f"{self.mla.qk_head_dim}, got {self.head_dim}",
+                )
+            if self.num_kv_heads != self.num_attention_heads:
+                raise SpecError(
+                    "num_kv_heads",
+                    "with MLA every head has its own key and value decompressed from the "
+                    f"shared latent: {self.num_attention_heads}, got {self.num_kv_heads}",
+                )
+        if self.sliding_window < 0:
+            raise SpecError("sliding_window", "must not be negative")
+        if not 0 <= self.window_layers <= self.num_layers:
+            raise SpecError("window_layers", f"must be between 0 and num_layers {self.num_layers}")
+        if self.window_layers and not self.sliding_window:
+            raise SpecError("window_layers", "windowed layers need a sliding_window above 0")
+        if self.mtp_layers < 0:
+            raise SpecError("mtp_layers", "must not be negative")
 
     @property
     def group_size(self) -> int:
@@ -221,6 +342,18 @@ class ModelSpec:
     @property
     def kv_width(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers that attend to the whole context."""
+        return self.num_layers - self.window_layers
+
+    def attended_tokens(self, context_tokens: int) -> int:
+        """Tokens a windowed layer keeps of a `context_tokens`-token context (all of them
+        without a window): the bound on its attention and its KV cache."""
+        if not self.window_layers:
+            return context_tokens
+        return min(context_tokens, self.sliding_window)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ the router and LM head stay in the activation format at `efficiency.gemm`; atten
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from app.engine.counting import (
     ATTENTION_OP_CLASSES,
@@ -26,10 +27,12 @@ from app.engine.counting import (
     OpCoefficients,
     StepCount,
     attention_dtype_for,
+    bounded_by_window,
     count_step,
     expected_distinct_experts,
     op_coefficients,
     pairs_for_chunk,
+    window_bounded,
 )
 from app.engine.dtypes import DType, compute_dtype_for
 from app.engine.specs import (
@@ -74,15 +77,19 @@ class StepCostModel:
     """
 
     __slots__ = (
+        "_absorb_c",
         "_activation_rate",
         "_attention_rate",
         "_bandwidth",
         "_comm_latency_s",
         "_comm_s_per_token",
+        "_decode_pair_c",
+        "_decode_qo_kv_s",
         "_exp_a",
         "_exp_c",
         "_exp_shared",
         "_exp_w",
+        "_expand_c",
         "_experts_per_token",
         "_ffn_a",
         "_ffn_c",
@@ -107,6 +114,7 @@ class StepCostModel:
         "_router_a",
         "_router_c",
         "_router_w",
+        "_windowed",
         "attention_dtype",
         "coefficients",
         "deployment",
@@ -183,6 +191,12 @@ class StepCostModel:
         self._pair_c = c.attention_flops_per_pair / attention_rate
         self._kv_s = c.kv_bytes_per_token / bandwidth
         self._qo_kv_s = c.attention_qo_bytes_per_token / bandwidth + self._kv_s
+        self._decode_pair_c = c.decode_attention_flops_per_token / attention_rate
+        self._decode_qo_kv_s = c.decode_qo_bytes_per_sequence / bandwidth + self._kv_s
+        # MLA: prefill decompresses attended latents, decode runs the absorbed projections.
+        self._expand_c = c.prefill_expand_flops_per_token / attention_rate
+        self._absorb_c = c.decode_absorb_flops_per_sequence / attention_rate
+        self._windowed = c.window_share > 0
         # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
         per_token_layer = c.allreduce_bytes_per_token / max(c.allreduces_per_step, 1)
         latency_s = allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency)
@@ -228,6 +242,16 @@ class StepCostModel:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
+        if self._windowed:
+            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
+                self.coefficients,
+                prefill_tokens,
+                prefill_chunks,
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,
+                decode_context_tokens,
+            )
         sequences = prefill_chunks + decode_seqs
         total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
         total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
@@ -244,13 +268,13 @@ class StepCostModel:
             total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
         if prefill_tokens > 0:
             total += max(
-                prefill_attention_pairs * self._pair_c,
+                prefill_attention_pairs * self._pair_c + prefill_kv_tokens * self._expand_c,
                 prefill_tokens * self._qo_kv_s + prefill_kv_tokens * self._kv_s,
             )
         if decode_seqs > 0:
             total += max(
-                decode_context_tokens * self._pair_c,
-                decode_seqs * self._qo_kv_s + decode_context_tokens * self._kv_s,
+                decode_context_tokens * self._decode_pair_c + decode_seqs * self._absorb_c,
+                decode_seqs * self._decode_qo_kv_s + decode_context_tokens * self._kv_s,
             )
         return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
 
@@ -296,20 +320,21 @@ class StepCostModel:
             ops.append(
                 OpTime(OpClass.LM_HEAD, sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
             )
+        pairs, kv_tokens, context = window_bounded(self.coefficients, load)
         if load.prefill_tokens > 0:
             ops.append(
                 OpTime(
                     OpClass.PREFILL_ATTENTION,
-                    load.prefill_attention_pairs * self._pair_c,
-                    load.prefill_tokens * self._qo_kv_s + load.prefill_kv_tokens * self._kv_s,
+                    pairs * self._pair_c + kv_tokens * self._expand_c,
+                    load.prefill_tokens * self._qo_kv_s + kv_tokens * self._kv_s,
                 )
             )
         if load.decode_seqs > 0:
             ops.append(
                 OpTime(
                     OpClass.DECODE_ATTENTION,
-                    load.decode_context_tokens * self._pair_c,
-                    load.decode_seqs * self._qo_kv_s + load.decode_context_tokens * self._kv_s,
+                    context * self._decode_pair_c + load.decode_seqs * self._absorb_c,
+                    load.decode_seqs * self._decode_qo_kv_s + context * self._kv_s,
                 )
             )
         return StepTime(tuple(ops), self.communication_seconds(load), self._overhead_s)
@@ -326,6 +351,10 @@ class StepCostModel:
             return 0.0
         if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
             raise ValueError("sum_seconds: only attention fields of `step` may vary")
+        if self._windowed and self._window_binds(first, step, count):
+            # The window's bound adds kinks that move the compute/memory crossings: sum step by
+            # step (a microsecond each), or by the trapezoid rule over very long runs.
+            return trapezoid_sum(self.step_seconds, first, step, count, exact_up_to=4096)
         tokens, chunks, seqs = first.prefill_tokens, first.prefill_chunks, first.decode_seqs
         pairs, kv_tokens, context = (
             first.prefill_attention_pairs,
@@ -339,15 +368,15 @@ class StepCostModel:
         )
         kinks: set[int] = set()
         prefill_line = (
-            pairs * self._pair_c,
-            pairs_step * self._pair_c,
+            pairs * self._pair_c + kv_tokens * self._expand_c,
+            pairs_step * self._pair_c + kv_step * self._expand_c,
             tokens * self._qo_kv_s + kv_tokens * self._kv_s,
             kv_step * self._kv_s,
         )
         decode_line = (
-            context * self._pair_c,
-            context_step * self._pair_c,
-            seqs * self._qo_kv_s + context * self._kv_s,
+            context * self._decode_pair_c + seqs * self._absorb_c,
+            context_step * self._decode_pair_c,
+            seqs * self._decode_qo_kv_s + context * self._kv_s,
             context_step * self._kv_s,
         )
         for compute0, compute_slope, memory0, memory_slope in (prefill_line, decode_line):
@@ -378,6 +407,19 @@ class StepCostModel:
             start = end + 1
         return total
 
+    def _window_binds(self, first: StepLoad, step: StepLoad, count: int) -> bool:
+        """Whether the window bounds any step of `first + j * step` (the attention fields only
+        grow with j, so the last step tells)."""
+        window, last = self.coefficients.window_tokens, count - 1
+        return (
+            first.prefill_attention_pairs + last * step.prefill_attention_pairs
+            > first.prefill_tokens * window
+            or first.prefill_kv_tokens + last * step.prefill_kv_tokens
+            > first.prefill_chunks * window
+            or first.decode_context_tokens + last * step.decode_context_tokens
+            > first.decode_seqs * window
+        )
+
     def count(self, load: StepLoad, *, steps: int = 1) -> StepCount:
         """FLOPs and bytes of `load` across the whole deployment (see `counting.count_step`)."""
         return count_step(self.coefficients, load, steps=steps)
@@ -397,3 +439,40 @@ class StepCostModel:
             compute_s += op.flops / tp / rate
         memory_s = counts.bytes / tp / self._bandwidth
         return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
+
+
+_SUM_SEGMENTS = 16
+
+
+def trapezoid_sum(
+    step_seconds: Callable[[int, int, float, int, int, int], float],
+    first: StepLoad,
+    step: StepLoad,
+    count: int,
+    *,
+    exact_up_to: int = _SUM_SEGMENTS + 1,
+) -> float:
+    """Sum of the step times of `first + j * step` for j in 0..count-1: step by step up to
+    `exact_up_to` steps, else the trapezoid rule over 16 segments plus the end correction (for
+    step times smooth or piecewise linear in j: within 0.1 % of step by step)."""
+
+    def at(j: int) -> float:
+        return step_seconds(
+            first.prefill_tokens,
+            first.prefill_chunks,
+            first.prefill_attention_pairs + j * step.prefill_attention_pairs,
+            first.prefill_kv_tokens + j * step.prefill_kv_tokens,
+            first.decode_seqs,
+            first.decode_context_tokens + j * step.decode_context_tokens,
+        )
+
+    if count <= max(exact_up_to, _SUM_SEGMENTS + 1):
+        return sum(at(j) for j in range(count))
+    last = count - 1
+    marks = sorted({round(i * last / _SUM_SEGMENTS) for i in range(_SUM_SEGMENTS + 1)})
+    values = [at(j) for j in marks]
+    integral = sum(
+        (b - a) * (fa + fb) / 2.0
+        for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
+    )
+    return integral + (values[0] + values[-1]) / 2.0

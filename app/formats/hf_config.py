@@ -44,7 +44,10 @@ class _Architecture:
     model_type: str
     tie_word_embeddings_default: bool  # the transformers config class's default for the key
     attention_bias: bool | None  # fixed by the architecture; None: read `attention_bias`
-    moe_keys: str | None = None  # "mixtral" or "qwen3_moe": where the expert counts live
+    moe_keys: str | None = None  # "mixtral", "qwen3_moe", "deepseek", "gpt_oss", "llama4"
+    windows: str = "uniform"  # how layers are windowed: see `_windows`
+    mla: bool = False  # DeepSeek's multi-head latent attention keys
+    text_config: bool = False  # a multimodal wrapper: the language model is `text_config`
 
 
 # Every architecture here has a gated FFN (SwiGLU, or GeGLU for Gemma), RMSNorm and a
@@ -57,11 +60,24 @@ _ARCHITECTURES: dict[str, _Architecture] = {
     "Qwen2ForCausalLM": _Architecture("qwen2", "qwen2", False, True),
     "Qwen3ForCausalLM": _Architecture("qwen3", "qwen3", False, None),
     "Qwen3MoeForCausalLM": _Architecture("qwen3_moe", "qwen3_moe", False, None, "qwen3_moe"),
-    "Gemma2ForCausalLM": _Architecture("gemma2", "gemma2", True, None),
-    "Gemma3ForCausalLM": _Architecture("gemma3", "gemma3_text", True, None),
+    "Gemma2ForCausalLM": _Architecture("gemma2", "gemma2", True, None, windows="alternate"),
+    "Gemma3ForCausalLM": _Architecture("gemma3", "gemma3_text", True, None, windows="pattern"),
     "Phi3ForCausalLM": _Architecture("phi3", "phi3", False, False),
+    "DeepseekV3ForCausalLM": _Architecture(
+        "deepseek_v3", "deepseek_v3", False, False, "deepseek", windows="none", mla=True
+    ),
+    "GptOssForCausalLM": _Architecture(
+        "gpt_oss", "gpt_oss", False, True, "gpt_oss", windows="layer_types"
+    ),
+    "Llama4ForConditionalGeneration": _Architecture(
+        "llama4", "llama4", False, False, "llama4", windows="llama4", text_config=True
+    ),
+    "Llama4ForCausalLM": _Architecture(
+        "llama4", "llama4_text", False, False, "llama4", windows="llama4"
+    ),
 }
 _BY_MODEL_TYPE = {arch.model_type: name for name, arch in _ARCHITECTURES.items()}
+_BY_MODEL_TYPE["kimi_k2"] = "DeepseekV3ForCausalLM"  # Kimi K2 declares its own model_type
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(sorted(_ARCHITECTURES))
 MAX_LAYERS = 10_000
@@ -93,8 +109,10 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
     `head_dim` is the config's when present, else `hidden_size / num_attention_heads`;
     `num_kv_heads` is `num_key_value_heads`, defaulting to `num_attention_heads` (MHA);
     `max_context_tokens` is `max_position_embeddings` as published (any RoPE scaling is already
-    reflected there). Keys that do not change weights or KV-cache shapes (dropout, RoPE base,
-    sliding windows, soft-capping, token ids) are ignored.
+    reflected there). Sliding windows and chunked local attention are read per architecture
+    (`_windows`); multi-head latent attention from DeepSeek's `kv_lora_rank` keys; a multimodal
+    wrapper's language model from its `text_config`. Keys that do not change weights, work or
+    KV-cache shapes (dropout, RoPE base, soft-capping, routing groups, token ids) are ignored.
 
     Raises `HfConfigError` naming the offending `config.json` key.
     """
@@ -102,6 +120,12 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
         raise HfConfigError("config", "must be a JSON object (the contents of config.json)")
     arch_name = _architecture_name(config)
     arch = _ARCHITECTURES[arch_name]
+    outer = config
+    if arch.text_config:
+        text = config.get("text_config")
+        if not isinstance(text, Mapping):
+            raise HfConfigError("text_config", "missing: the language model's configuration")
+        config = text
 
     hidden_size = _positive_int(config, "hidden_size")
     num_layers = _positive_int(config, "num_hidden_layers")
@@ -119,6 +143,9 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
             )
         head_dim = hidden_size // num_heads
     intermediate_size = _positive_int(config, "intermediate_size")
+    if arch.moe_keys == "llama4":
+        # Llama 4: `intermediate_size` is the experts' width, the dense layers' is `_mlp`.
+        intermediate_size = _positive_int(config, "intermediate_size_mlp")
     vocab_size = _positive_int(config, "vocab_size")
     max_context_tokens = _positive_int(config, "max_position_embeddings")
     tie = _bool(config, "tie_word_embeddings", default=arch.tie_word_embeddings_default)
@@ -127,11 +154,13 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
     else:
         attention_bias = arch.attention_bias
 
-    moe: dict[str, int] | None = None
-    if arch.moe_keys == "mixtral":
-        moe = _mixtral_moe(config, intermediate_size)
-    elif arch.moe_keys == "qwen3_moe":
-        moe = _qwen3_moe(config, num_layers)
+    moe = _moe(config, arch, num_layers, intermediate_size)
+    mla = _mla(config) if arch.mla else None
+    if mla is not None:
+        # The query/key width, and one decompressed key and value per head.
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        num_kv_heads = num_heads
+    window, window_layers, window_kind = _windows(config, arch, num_layers)
 
     # Every field of ModelSpec but its id, each said (tests/catalog/test_hf_config.py holds
     # this list to the spec, so a field added there is mapped here or defaulted on purpose).
@@ -148,13 +177,19 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
         "tie_word_embeddings": tie,
         "attention_bias": attention_bias,
         "moe": moe,
-        "checkpoint_dtype": _checkpoint_dtype(config),
+        "mla": mla,
+        "sliding_window": window,
+        "window_layers": window_layers,
+        "window_kind": window_kind,
+        "attention_sinks": arch.moe_keys == "gpt_oss",
+        "mtp_layers": _non_negative_int(config, "num_nextn_predict_layers", default=0),
+        "checkpoint_dtype": _checkpoint_dtype(outer),
     }
     try:
         spec = build_spec(ModelSpec, values)
     except SpecError as exc:
         raise HfConfigError(_config_key(exc.field, arch), exc.message) from exc
-    return HfModel(family=arch.family, spec=spec, notes=_unmodelled(config))
+    return HfModel(family=arch.family, spec=spec, notes=_unmodelled(config, arch))
 
 
 MAPPED_FIELDS = (
@@ -170,6 +205,12 @@ MAPPED_FIELDS = (
     "tie_word_embeddings",
     "attention_bias",
     "moe",
+    "mla",
+    "sliding_window",
+    "window_layers",
+    "window_kind",
+    "attention_sinks",
+    "mtp_layers",
     "checkpoint_dtype",
 )
 """The `ModelSpec` fields `parse_hf_config` sets."""
@@ -178,15 +219,18 @@ MAPPED_FIELDS = (
 # torch_dtype names (and their newer `dtype` key) in the catalog's formats. A float32 checkpoint
 # is served in 16 bits (vLLM's dtype=auto for Gemma does bf16).
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16", "half": "fp16"}
-_QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "fp4", "modelopt_fp4": "fp4"}
+_QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "mxfp4", "modelopt_fp4": "nvfp4"}
 
 
 def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
-    """The format of the published weights: a quantisation's (`quantization_config`), else
-    `torch_dtype` (or `dtype`), else bf16."""
+    """The format of the published weights: a quantisation's (`quantization_config`; FP8 with
+    a `weight_block_size` is the block-scaled fp8-block), else `torch_dtype` (or `dtype`), else
+    bf16."""
     quantization = config.get("quantization_config")
     if isinstance(quantization, Mapping):
         method = str(quantization.get("quant_method", "")).lower()
+        if method == "fp8" and quantization.get("weight_block_size"):
+            return "fp8-block"
         if method in _QUANT_METHODS:
             return _QUANT_METHODS[method]
         bits = quantization.get("bits") or quantization.get("w_bit")
@@ -196,18 +240,90 @@ def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
     return _TORCH_DTYPES.get(str(declared).lower(), "bf16")
 
 
-def _unmodelled(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """Notes on what the config declares that Ridgeline does not model yet."""
+def _unmodelled(config: Mapping[str, Any], arch: _Architecture) -> tuple[str, ...]:
+    """Notes on what the config declares that Ridgeline does not model (and what that means)."""
     notes = []
-    window = config.get("sliding_window")
-    uses_window = config.get("use_sliding_window", True)
-    if isinstance(window, int) and window > 0 and uses_window is not False:
+    if arch.moe_keys == "gpt_oss":
         notes.append(
-            f"sliding_window {window}: not modelled yet, so attention work and the KV cache "
-            f"are counted over the whole context; beyond {window} tokens the estimates "
-            "overstate both (they stay an upper bound)"
+            "expert, router and o_proj biases are not counted (0.03 % of gpt-oss's weights)"
+        )
+    if arch.text_config:
+        notes.append(
+            "the vision encoder is not counted: parameters, memory and work are the language "
+            "model's (text prompts)"
+        )
+    quantization = config.get("quantization_config")
+    if isinstance(quantization, Mapping) and quantization.get("modules_to_not_convert"):
+        notes.append(
+            "the checkpoint keeps some modules unquantised (modules_to_not_convert); Ridgeline "
+            "stores every decoder linear layer in the weight format, so attention weights are "
+            "counted smaller than published"
         )
     return tuple(notes)
+
+
+def _moe(
+    config: Mapping[str, Any], arch: _Architecture, num_layers: int, intermediate_size: int
+) -> dict[str, int] | None:
+    """The MoE fields of an architecture with experts, from where it keeps them."""
+    if arch.moe_keys in ("mixtral", "gpt_oss"):
+        return _mixtral_moe(config, intermediate_size)
+    if arch.moe_keys == "qwen3_moe":
+        return _qwen3_moe(config, num_layers)
+    if arch.moe_keys == "deepseek":
+        return _deepseek_moe(config, num_layers)
+    if arch.moe_keys == "llama4":
+        return _llama4_moe(config, num_layers)
+    return None
+
+
+def _mla(config: Mapping[str, Any]) -> dict[str, int]:
+    """DeepSeek's multi-head latent attention keys."""
+    return {
+        "kv_lora_rank": _positive_int(config, "kv_lora_rank"),
+        "qk_rope_head_dim": _positive_int(config, "qk_rope_head_dim"),
+        "qk_nope_head_dim": _positive_int(config, "qk_nope_head_dim"),
+        "v_head_dim": _positive_int(config, "v_head_dim"),
+        "q_lora_rank": _non_negative_int(config, "q_lora_rank", default=0),
+    }
+
+
+def _windows(
+    config: Mapping[str, Any], arch: _Architecture, num_layers: int
+) -> tuple[int, int, str]:
+    """(window, windowed layers, kind) as each architecture declares them:
+    `layer_types` (gpt-oss, newer configs) counts the `sliding_attention` entries; Gemma 2
+    windows every even layer; Gemma 3 all but every `sliding_window_pattern`-th; Llama 4
+    chunks the RoPE layers (`no_rope_layers`, by default all but every 4th) by
+    `attention_chunk_size`; elsewhere `sliding_window` applies to every layer unless
+    `use_sliding_window` is false (Qwen2: from `max_window_layers` on)."""
+    none = (0, 0, "sliding")
+    if arch.windows == "llama4":
+        chunk = _non_negative_int(config, "attention_chunk_size", default=0)
+        rope = config.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
+        if not isinstance(rope, list) or len(rope) != num_layers:
+            raise HfConfigError("no_rope_layers", f"must list {num_layers} layers")
+        return (chunk, sum(1 for r in rope if r), "chunked") if chunk else none
+    declared = config.get("sliding_window")
+    if arch.windows == "none" or declared is None or config.get("use_sliding_window") is False:
+        return none
+    window = _positive_int(config, "sliding_window")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list):
+        if len(layer_types) != num_layers:
+            raise HfConfigError("layer_types", f"must list {num_layers} layers")
+        return window, sum(1 for t in layer_types if t == "sliding_attention"), "sliding"
+    if arch.windows == "layer_types":
+        raise HfConfigError("layer_types", "missing: which layers attend within the window")
+    if arch.windows == "alternate":
+        windowed = (num_layers + 1) // 2
+    elif arch.windows == "pattern":
+        pattern = _positive_int(config, "sliding_window_pattern", default=6)
+        windowed = sum(1 for i in range(num_layers) if (i + 1) % pattern)
+    else:
+        start = _non_negative_int(config, "max_window_layers", default=0)
+        windowed = num_layers - min(start, num_layers)
+    return window, windowed, "sliding"
 
 
 def config_key(config: Mapping[str, Any], field: str) -> str:
@@ -303,7 +419,7 @@ def _mixtral_moe(config: Mapping[str, Any], intermediate_size: int) -> dict[str,
 def _qwen3_moe(config: Mapping[str, Any], num_layers: int) -> dict[str, int]:
     """Qwen3-MoE: layer i is MoE unless listed in `mlp_only_layers` or `(i + 1)` is not a multiple
     of `decoder_sparse_step` (transformers `Qwen3MoeDecoderLayer`); the others are dense FFNs of
-    `intermediate_size`. Ridgeline represents dense layers only as a leading block."""
+    `intermediate_size`; only their number matters to the counts."""
     num_experts = _positive_int(config, "num_experts")
     experts_per_token = _positive_int(config, "num_experts_per_tok")
     width = _positive_int(config, "moe_intermediate_size")
@@ -318,14 +434,50 @@ def _qwen3_moe(config: Mapping[str, Any], num_layers: int) -> dict[str, int]:
             "mlp_only_layers", f"must be a list of layer indices in [0, {num_layers})"
         )
     dense = {i for i in range(num_layers) if i in mlp_only or (i + 1) % step}
-    if dense != set(range(len(dense))):
-        key = "decoder_sparse_step" if step > 1 else "mlp_only_layers"
-        raise HfConfigError(
-            key,
-            f"dense layers {sorted(dense)} are not a leading block of layers; Ridgeline models "
-            "MoE stacks whose dense FFN layers come first",
-        )
     return _moe_fields(num_experts, experts_per_token, width, dense=len(dense))
+
+
+def _deepseek_moe(config: Mapping[str, Any], num_layers: int) -> dict[str, int]:
+    """DeepSeek-V3 (and Kimi K2): the first `first_k_dense_replace` layers are dense FFNs of
+    `intermediate_size`, then every `moe_layer_freq`-th layer routes `num_experts_per_tok` of
+    `n_routed_experts` experts of `moe_intermediate_size`, plus `n_shared_experts` of that width.
+    Grouped top-k routing (`n_group`, `topk_group`) picks which experts, not how many."""
+    first = _non_negative_int(config, "first_k_dense_replace", default=0)
+    frequency = _positive_int(config, "moe_layer_freq", default=1)
+    moe_layers = sum(1 for i in range(first, num_layers) if i % frequency == 0)
+    return {
+        **_moe_fields(
+            num_experts=_positive_int(config, "n_routed_experts"),
+            experts_per_token=_positive_int(config, "num_experts_per_tok"),
+            width=_positive_int(config, "moe_intermediate_size"),
+            dense=num_layers - moe_layers,
+        ),
+        "num_shared_experts": _non_negative_int(config, "n_shared_experts", default=0),
+    }
+
+
+def _llama4_moe(config: Mapping[str, Any], num_layers: int) -> dict[str, int]:
+    """Llama 4: `moe_layers` (default every `interleave_moe_layer_step`-th layer) route
+    `num_experts_per_tok` of `num_local_experts` experts of `intermediate_size` beside one shared
+    expert of the same width; the other layers are dense FFNs of `intermediate_size_mlp`
+    (transformers `Llama4TextConfig`)."""
+    step = _positive_int(config, "interleave_moe_layer_step", default=1)
+    layers = config.get("moe_layers")
+    if layers is None:
+        layers = list(range(step - 1, num_layers, step))
+    if not isinstance(layers, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in layers
+    ):
+        raise HfConfigError("moe_layers", f"must be a list of layer indices in [0, {num_layers})")
+    return {
+        **_moe_fields(
+            num_experts=_positive_int(config, "num_local_experts"),
+            experts_per_token=_positive_int(config, "num_experts_per_tok"),
+            width=_positive_int(config, "intermediate_size"),
+            dense=num_layers - len(set(layers)),
+        ),
+        "num_shared_experts": 1,
+    }
 
 
 def _config_key(spec_field: str, arch: _Architecture) -> str:
@@ -334,13 +486,22 @@ def _config_key(spec_field: str, arch: _Architecture) -> str:
         "num_layers": "num_hidden_layers",
         "num_kv_heads": "num_key_value_heads",
         "max_context_tokens": "max_position_embeddings",
+        "mtp_layers": "num_nextn_predict_layers",
+        "window_layers": "layer_types",
         "moe.experts_per_token": "num_experts_per_tok",
         "moe.num_dense_layers": "mlp_only_layers",
     }
-    if arch.moe_keys == "mixtral":
+    if arch.moe_keys in ("mixtral", "gpt_oss", "llama4"):
         keys |= {
             "moe.num_experts": "num_local_experts",
             "moe.expert_intermediate_size": "intermediate_size",
+        }
+    elif arch.moe_keys == "deepseek":
+        keys |= {
+            "moe.num_experts": "n_routed_experts",
+            "moe.expert_intermediate_size": "moe_intermediate_size",
+            "moe.num_dense_layers": "first_k_dense_replace",
+            "moe.num_shared_experts": "n_shared_experts",
         }
     else:
         keys |= {

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from app.engine.dtypes import DType
-from app.engine.specs import ModelSpec, MoeSpec
+from app.engine.specs import MlaSpec, ModelSpec, MoeSpec
 from app.formats.specs import SpecSchema, derived_from
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Provenance",
     "ProvenanceKind",
     "RunDocument",
+    "RunMlaSpec",
     "RunModelSpec",
     "RunMoeSpec",
     "RunPoint",
@@ -193,12 +194,17 @@ class RunMoeSpec(_RunSpec):
     """Mixture-of-experts FFN, as `app.engine.specs.MoeSpec`."""
 
 
+@derived_from(MlaSpec, caps=False, examples=False)
+class RunMlaSpec(_RunSpec):
+    """Multi-head latent attention, as `app.engine.specs.MlaSpec`."""
+
+
 @derived_from(
     ModelSpec,
     caps=False,
     examples=False,
     exclude=("id", "checkpoint_dtype"),
-    nested={MoeSpec: RunMoeSpec},
+    nested={MoeSpec: RunMoeSpec, MlaSpec: RunMlaSpec},
 )
 class RunModelSpec(_RunSpec):
     """The exact architecture that ran (with `num_layers` as run, not as published)."""

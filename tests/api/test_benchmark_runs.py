@@ -45,6 +45,12 @@ TINY_MODEL: dict[str, Any] = {
     "tie_word_embeddings": False,
     "attention_bias": False,
     "moe": None,
+    "mla": None,
+    "sliding_window": 0,
+    "window_layers": 0,
+    "window_kind": "sliding",
+    "attention_sinks": False,
+    "mtp_layers": 0,
 }
 MATMUL_FLOPS_PER_S = 1e12
 COPY_BYTES_PER_S = 1e11

@@ -134,7 +134,7 @@ def test_hf_import_is_bounded_as_the_catalog_is(
     assert client.get("/v1/models/too-big").status_code == 404
 
 
-def test_hf_import_keeps_the_checkpoint_format_and_notes_a_sliding_window(
+def test_hf_import_keeps_the_checkpoint_format_and_its_sliding_window(
     client: TestClient,
 ) -> None:
     config = json.loads((FIXTURES / "mistral-7b-v0.3.json").read_text())
@@ -145,5 +145,6 @@ def test_hf_import_keeps_the_checkpoint_format_and_notes_a_sliding_window(
     assert response.status_code == 201, response.text
     imported = response.json()
     assert imported["checkpoint_dtype"] == "fp16"
-    assert len(imported["notes"]) == 1 and "sliding_window 4096" in imported["notes"][0]
+    assert imported["notes"] == []
+    assert (imported["sliding_window"], imported["window_layers"]) == (4096, 32)
     assert client.get("/v1/models/windowed").json()["checkpoint_dtype"] == "fp16"

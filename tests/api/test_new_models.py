@@ -59,3 +59,52 @@ def test_qwen3_235b_counts_its_active_parameters(client: TestClient) -> None:
     entry = client.get("/v1/models/qwen3-235b-a22b").json()
     assert entry["params_total"] == pytest.approx(235_093_634_560, rel=1e-6)
     assert entry["params_active"] == pytest.approx(22.19e9, rel=0.005)
+
+
+ARCHITECTURES = [
+    # model, GPU, tp, weight format, KV bytes per token per GPU by hand.
+    # MLA: 61 layers x (512 latent + 64 rope) x 2 bytes, the same on each of the 8 GPUs;
+    # FP8 block-scaled weights 671 GB / 8 = 84 GB per H200, or 1.03 TB / 8 = 128 GB per B300.
+    ("deepseek-r1", "h200-sxm-141gb", 8, "fp8-block", 61 * (512 + 64) * 2),
+    ("deepseek-v3", "h200-sxm-141gb", 8, "fp8-block", 61 * (512 + 64) * 2),
+    ("kimi-k2", "b300-sxm-288gb", 8, "fp8-block", 61 * (512 + 64) * 2),
+    # gpt-oss: 2 x layers x 8 KV heads of 64 x 2 bytes (windowed layers cost the same per token
+    # inside the window); MXFP4 weights on Hopper run weight-only in bf16.
+    ("gpt-oss-120b", "h100-sxm5-80gb", 1, "mxfp4", 2 * 36 * 8 * 64 * 2),
+    ("gpt-oss-20b", "b200-sxm-180gb", 1, "mxfp4", 2 * 24 * 8 * 64 * 2),
+    # Llama 4: 2 x 48 layers x 8 / tp KV heads x 128 x 2 bytes.
+    ("llama-4-scout", "h200-sxm-141gb", 2, "bf16", 2 * 48 * 4 * 128 * 2),
+    ("llama-4-maverick", "h200-sxm-141gb", 8, "bf16", 2 * 48 * 1 * 128 * 2),
+]
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "weights", "kv_bytes"), ARCHITECTURES)
+def test_new_architectures_are_estimated_and_simulated(
+    client: TestClient, model: str, gpu: str, tp: int, weights: str, kv_bytes: int
+) -> None:
+    target = {"model": model, "gpu": gpu, "tp": tp, "weight_dtype": weights}
+    prefill = client.post("/v1/estimates/prefill", json=target | {"prompt_tokens": 2048})
+    assert prefill.status_code == 200, prefill.text
+    decode = client.post(
+        "/v1/estimates/decode", json=target | {"batch_size": 32, "context_tokens": 2048}
+    )
+    assert decode.status_code == 200, decode.text
+    assert 2 < decode.json()["tpot_ms"] < 200
+    ceiling = client.post("/v1/estimates/batch-ceiling", json=target | {"context_tokens": 4096})
+    assert ceiling.status_code == 200, ceiling.text
+    assert ceiling.json()["kv_bytes_per_token"] == kv_bytes
+    assert ceiling.json()["batch_ceiling"] >= 1
+    simulated = client.post(
+        "/v1/simulations",
+        json=target
+        | {
+            "workload": {
+                "requests_per_s": 1.0,
+                "num_requests": 40,
+                "prompt_tokens": {"p50": 1000, "p90": 1000, "p99": 1000},
+                "output_tokens": {"p50": 100, "p90": 100, "p99": 100},
+            }
+        },
+    )
+    assert simulated.status_code == 200, simulated.text
+    assert simulated.json()["completed_requests"] == 40

@@ -25,6 +25,12 @@ TINY_ENTRY: dict[str, Any] = {
     "tie_word_embeddings": False,
     "attention_bias": False,
     "moe": None,
+    "mla": None,
+    "sliding_window": 0,
+    "window_layers": 0,
+    "window_kind": "sliding",
+    "attention_sinks": False,
+    "mtp_layers": 0,
 }
 
 TINY_HF_CONFIG: dict[str, Any] = {

@@ -126,3 +126,11 @@ def test_model_from_config_file(tiny_config_path: Path, tmp_path: Path) -> None:
     unsupported.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}), encoding="utf-8")
     with pytest.raises(ModelResolutionError, match="architectures"):
         model_from_config_file(unsupported)
+
+
+def test_architectures_the_job_does_not_implement_are_refused() -> None:
+    mla = {"kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 48, "v_head_dim": 64}
+    with pytest.raises(ModelResolutionError, match="latent attention"):
+        run_model_spec(TINY_ENTRY | {"mla": mla}, model_id="tiny-mla")
+    with pytest.raises(ModelResolutionError, match="windowed attention"):
+        run_model_spec(TINY_ENTRY | {"sliding_window": 64, "window_layers": 1}, model_id="tiny-swa")

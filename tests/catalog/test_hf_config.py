@@ -31,23 +31,17 @@ FIXTURE_IDS = [
     "qwen3-32b",
     "qwen3-30b-a3b",
     "gemma-2-9b",
+    "llama-3.3-70b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "deepseek-r1",
+    "kimi-k2",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "llama-4-scout",
+    "llama-4-maverick",
 ]
-ARCHITECTURE_KEYS = [
-    "family",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "ffn_type",
-    "vocab_size",
-    "max_context_tokens",
-    "tie_word_embeddings",
-    "attention_bias",
-    "moe",
-    "checkpoint_dtype",
-]
+ARCHITECTURE_KEYS = ["family", *MAPPED_FIELDS]
 
 
 def _config(model_id: str) -> dict[str, Any]:
@@ -236,16 +230,15 @@ def test_more_experts_per_token_than_experts() -> None:
     assert _error(config).field == "num_experts_per_tok"
 
 
-def test_interleaved_moe_layers_are_rejected() -> None:
+def test_interleaved_moe_layers_are_counted_wherever_they_are() -> None:
+    # decoder_sparse_step 2: layers 1, 3, ... are MoE, the 24 even ones dense.
     config = _config("qwen3-30b-a3b") | {"decoder_sparse_step": 2}
-    error = _error(config)
-    assert error.field == "decoder_sparse_step"
-    assert "leading block" in error.message
-
-
-def test_dense_layer_in_the_middle_is_rejected() -> None:
-    config = _config("qwen3-30b-a3b") | {"mlp_only_layers": [5]}
-    assert _error(config).field == "mlp_only_layers"
+    moe = parse_hf_config(config).spec.moe
+    assert moe is not None
+    assert moe.num_dense_layers == 24
+    middle = parse_hf_config(_config("qwen3-30b-a3b") | {"mlp_only_layers": [5, 9]}).spec.moe
+    assert middle is not None
+    assert middle.num_dense_layers == 2
 
 
 def test_mlp_only_layers_out_of_range() -> None:
@@ -272,18 +265,81 @@ def test_checkpoint_format_from_torch_dtype_or_quantisation() -> None:
     assert parse_hf_config(base | {"torch_dtype": "float16"}).spec.checkpoint_dtype == "fp16"
     assert parse_hf_config(_config("gemma-2-9b")).spec.checkpoint_dtype == "bf16"  # float32
     fp8 = base | {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
-    assert parse_hf_config(fp8).spec.checkpoint_dtype == "fp8"
+    assert parse_hf_config(fp8).spec.checkpoint_dtype == "fp8-block"
+    per_tensor = base | {"quantization_config": {"quant_method": "fp8"}}
+    assert parse_hf_config(per_tensor).spec.checkpoint_dtype == "fp8"
+    assert parse_hf_config(_config("gpt-oss-20b")).spec.checkpoint_dtype == "mxfp4"
+    nvfp4 = base | {"quantization_config": {"quant_method": "modelopt_fp4"}}
+    assert parse_hf_config(nvfp4).spec.checkpoint_dtype == "nvfp4"
     awq = base | {"quantization_config": {"quant_method": "awq", "bits": 4}}
     assert parse_hf_config(awq).spec.checkpoint_dtype == "int4"
 
 
-def test_a_declared_sliding_window_is_noted_not_dropped() -> None:
-    mistral = parse_hf_config(_config("mistral-7b-v0.3") | {"sliding_window": 4096})
-    assert len(mistral.notes) == 1
-    assert "sliding_window 4096" in mistral.notes[0]
+def test_sliding_windows_per_architecture() -> None:
+    """Mistral: every layer; Gemma 2: the even layers; Gemma 3: all but every 6th; gpt-oss:
+    its `layer_types`; Llama 4: the RoPE layers, chunked; Qwen2: none while
+    `use_sliding_window` is false, else from `max_window_layers` on."""
+    mistral = parse_hf_config(_config("mistral-7b-v0.3") | {"sliding_window": 4096}).spec
+    assert (mistral.sliding_window, mistral.window_layers) == (4096, 32)
+    gemma = parse_hf_config(_config("gemma-2-9b")).spec
+    assert (gemma.sliding_window, gemma.window_layers, gemma.full_attention_layers) == (
+        4096,
+        21,
+        21,
+    )
+    gemma3 = _config("gemma-2-9b") | {
+        "architectures": ["Gemma3ForCausalLM"],
+        "num_hidden_layers": 48,
+        "sliding_window": 1024,
+    }
+    assert parse_hf_config(gemma3).spec.window_layers == 40
+    oss = parse_hf_config(_config("gpt-oss-120b")).spec
+    assert (oss.sliding_window, oss.window_layers, oss.attention_sinks) == (128, 18, True)
+    scout = parse_hf_config(_config("llama-4-scout")).spec
+    assert (scout.sliding_window, scout.window_layers, scout.window_kind) == (
+        8192,
+        36,
+        "chunked",
+    )
+    qwen = _config("qwen2.5-7b")
+    assert parse_hf_config(qwen).spec.window_layers == 0
+    windowed = qwen | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 21}
+    assert parse_hf_config(windowed).spec.window_layers == 28 - 21
     assert parse_hf_config(_config("llama-3-8b")).notes == ()
-    qwen = _config("qwen2.5-7b") | {"sliding_window": 131072, "use_sliding_window": False}
-    assert parse_hf_config(qwen).notes == ()
+
+
+def test_deepseek_mla_and_moe_from_config() -> None:
+    spec = parse_hf_config(_config("deepseek-v3")).spec
+    assert spec.mla is not None
+    assert (spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim, spec.mla.q_lora_rank) == (
+        512,
+        64,
+        1536,
+    )
+    assert (spec.head_dim, spec.num_kv_heads) == (192, 128)
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.num_shared_experts, spec.moe.num_dense_layers) == (
+        256,
+        1,
+        3,
+    )
+    assert spec.mtp_layers == 1
+    kimi = parse_hf_config(_config("kimi-k2"))
+    assert kimi.family == "deepseek_v3"
+    assert kimi.spec.moe is not None
+    assert (kimi.spec.moe.num_experts, kimi.spec.moe.num_dense_layers) == (384, 1)
+    assert parse_hf_config({k: v for k, v in _config("kimi-k2").items() if k != "architectures"})
+
+
+def test_llama4_text_config_and_interleaved_moe() -> None:
+    maverick = parse_hf_config(_config("llama-4-maverick"))
+    spec = maverick.spec
+    assert spec.intermediate_size == 16384  # intermediate_size_mlp: the dense layers
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.expert_intermediate_size) == (128, 8192)
+    assert (spec.moe.num_dense_layers, spec.moe.num_shared_experts) == (24, 1)
+    assert any("vision encoder" in note for note in maverick.notes)
+    assert _error({"architectures": ["Llama4ForConditionalGeneration"]}).field == "text_config"
 
 
 def test_the_mapping_says_what_it_does_with_every_spec_field() -> None:

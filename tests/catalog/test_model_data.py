@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from app.catalog.service import MODEL_FIELDS
-from app.engine.specs import FfnType, ModelSpec, MoeSpec
-from app.formats.specs import spec_fields
+from app.engine.specs import MlaSpec, ModelSpec, MoeSpec
+from app.formats.specs import build_spec, spec_fields
 
 
 def _catalog() -> list[dict[str, Any]]:
@@ -41,6 +41,15 @@ REQUIRED_IDS = [
     "qwen2.5-7b",
     "qwen2.5-72b",
     "gemma-2-9b",
+    "deepseek-v3",
+    "deepseek-r1",
+    "kimi-k2",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "llama-4-scout",
+    "llama-4-maverick",
+    "qwen3-235b-a22b",
+    "llama-3.3-70b",
 ]
 # A bundled entry is its id, the catalog's own fields and every field of the architecture.
 ENTRY_KEYS = {"id", *MODEL_FIELDS, *(set(spec_fields(ModelSpec)) - {"id"})}
@@ -56,6 +65,9 @@ FAMILIES = {
     "gemma2",
     "gemma3",
     "phi3",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4",
 }
 IDS = [entry["id"] for entry in MODELS]
 
@@ -79,27 +91,14 @@ def test_entry_has_exactly_the_catalog_keys(model_id: str) -> None:
     assert entry["published_params"] > 0
     if entry["moe"] is not None:
         assert set(entry["moe"]) == MOE_KEYS
+    if entry["mla"] is not None:
+        assert set(entry["mla"]) == set(spec_fields(MlaSpec))
 
 
 @pytest.mark.parametrize("model_id", IDS)
 def test_entry_builds_a_valid_model_spec(model_id: str) -> None:
     entry = BY_ID[model_id]
-    moe = entry["moe"]
-    spec = ModelSpec(
-        num_layers=entry["num_layers"],
-        hidden_size=entry["hidden_size"],
-        num_attention_heads=entry["num_attention_heads"],
-        num_kv_heads=entry["num_kv_heads"],
-        head_dim=entry["head_dim"],
-        intermediate_size=entry["intermediate_size"],
-        ffn_type=FfnType(entry["ffn_type"]),
-        vocab_size=entry["vocab_size"],
-        max_context_tokens=entry["max_context_tokens"],
-        tie_word_embeddings=entry["tie_word_embeddings"],
-        attention_bias=entry["attention_bias"],
-        moe=MoeSpec(**moe) if moe is not None else None,
-        id=model_id,
-    )
+    spec = build_spec(ModelSpec, {**entry, "id": model_id})
     assert spec.id == model_id
 
 

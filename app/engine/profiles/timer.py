@@ -33,12 +33,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from app.engine.counting import OpClass, expected_distinct_experts
+from app.engine.counting import (
+    OpClass,
+    bounded_by_window,
+    expected_distinct_experts,
+    window_bounded,
+)
 from app.engine.dtypes import DType
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.profile import OpFamily, Profile
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
-from app.engine.step_cost import StepCostModel
+from app.engine.step_cost import StepCostModel, trapezoid_sum
 from app.engine.step_load import StepLoad
 from app.engine.timing import OpTime, StepTime
 
@@ -46,7 +51,6 @@ __all__ = ["ProfiledStepCost"]
 
 _MS = 1e-3
 _MEMO_ENTRIES = 1 << 16
-_SUM_SEGMENTS = 16
 
 
 def _gemm_ms(grid: Grid, m: float, n: float, k: float) -> float | None:
@@ -116,14 +120,21 @@ class ProfiledStepCost(StepCostModel):
         gemm = _table_for(profile.gemm, deployment.weight_dtype)
         activation_gemm = profile.gemm.get(deployment.activation_dtype)
         self._qkv_curve = self._o_curve = self._ffn_curve = self._lm_curve = None
+        # MLA's projections and attention kernels are not the GQA shapes the tables hold: the
+        # roofline fitted to the profile times them.
+        mla = model.mla is not None
         if gemm is not None:
             ms = gemm.axes[0]
             matrices = model.ffn_type.matrices
             width = model.intermediate_size / tp
-            self._qkv_curve = _curve(
-                ms, [self._layered(gemm, m, (heads + 2 * kv_heads) * h, d, layers) for m in ms]
-            )
-            self._o_curve = _curve(ms, [self._layered(gemm, m, d, heads * h, layers) for m in ms])
+            if not mla:
+                self._qkv_curve = _curve(
+                    ms,
+                    [self._layered(gemm, m, (heads + 2 * kv_heads) * h, d, layers) for m in ms],
+                )
+                self._o_curve = _curve(
+                    ms, [self._layered(gemm, m, d, heads * h, layers) for m in ms]
+                )
             if dense_layers and self._has_ffn:
                 up = (matrices - 1) * width
                 self._ffn_curve = _curve(
@@ -141,28 +152,15 @@ class ProfiledStepCost(StepCostModel):
             self._lm_curve = _curve(
                 ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms]
             )
-        self._moe_curve: Curve | None = None
-        if moe is not None and moe.num_shared_experts == 0:
-            key = (
-                deployment.weight_dtype,
-                d,
-                moe.expert_intermediate_size,
-                moe.experts_per_token,
-                moe.num_experts,
-                tp,
+        self._moe_curve: Curve | None = _moe_curve(model, deployment, profile)
+        self._prefill_attention = self._decode_attention = None
+        if not mla:
+            self._prefill_attention = profile.attention(
+                True, deployment.kv_dtype, heads, kv_heads, h
             )
-            table = profile.moe.get(key)
-            if table is None and deployment.weight_dtype in _SAME_BYTES:
-                table = profile.moe.get((_SAME_BYTES[deployment.weight_dtype], *key[1:]))
-            if table is not None:
-                moe_layers = layers - moe.num_dense_layers
-                tokens = table.axes[0]
-                self._moe_curve = _curve(
-                    tokens,
-                    [None if (t := table.at(n)) is None else t * moe_layers for n in tokens],
-                )
-        self._prefill_attention = profile.attention(True, deployment.kv_dtype, heads, kv_heads, h)
-        self._decode_attention = profile.attention(False, deployment.kv_dtype, heads, kv_heads, h)
+            self._decode_attention = profile.attention(
+                False, deployment.kv_dtype, heads, kv_heads, h
+            )
         self._allreduce: Curve | None = None
         self._token_bytes = d * 2.0
         if tp > 1 and profile.all_reduce is not None and tp in profile.all_reduce.axes[1]:
@@ -266,7 +264,10 @@ class ProfiledStepCost(StepCostModel):
                     self._prefill_memo[key] = found
             if found >= 0.0:
                 return found
-        return max(pairs * self._pair_c, tokens * self._qo_kv_s + kv_tokens * self._kv_s)
+        return max(
+            pairs * self._pair_c + kv_tokens * self._expand_c,
+            tokens * self._qo_kv_s + kv_tokens * self._kv_s,
+        )
 
     def _decode_attn(self, seqs: int, context: int) -> float:
         """Read at the mean context to the nearest token (remembered)."""
@@ -281,7 +282,10 @@ class ProfiledStepCost(StepCostModel):
                     self._decode_memo[key] = found
             if found >= 0.0:
                 return found
-        return max(context * self._pair_c, seqs * self._qo_kv_s + context * self._kv_s)
+        return max(
+            context * self._decode_pair_c + seqs * self._absorb_c,
+            seqs * self._decode_qo_kv_s + context * self._kv_s,
+        )
 
     def _communication(self, tokens: int) -> float:
         if self.deployment.tp <= 1:
@@ -307,6 +311,16 @@ class ProfiledStepCost(StepCostModel):
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
+        if self._windowed:
+            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
+                self.coefficients,
+                prefill_tokens,
+                prefill_chunks,
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,
+                decode_context_tokens,
+            )
         sequences = prefill_chunks + decode_seqs
         total = self._linear(tokens)
         if self._has_moe:
@@ -333,20 +347,16 @@ class ProfiledStepCost(StepCostModel):
         tokens, sequences = load.tokens, load.prefill_chunks + load.decode_seqs
         if tokens <= 0:
             return roofline
+        pairs, kv_tokens, context = window_bounded(self.coefficients, load)
         measured = {
             OpClass.QKV_PROJ: lambda: self._qkv(tokens),
             OpClass.O_PROJ: lambda: self._o(tokens),
             OpClass.FFN: lambda: self._ffn(tokens),
             OpClass.LM_HEAD: lambda: self._lm(sequences),
             OpClass.PREFILL_ATTENTION: lambda: self._prefill_attn(
-                load.prefill_tokens,
-                load.prefill_chunks,
-                load.prefill_attention_pairs,
-                load.prefill_kv_tokens,
+                load.prefill_tokens, load.prefill_chunks, pairs, round(kv_tokens)
             ),
-            OpClass.DECODE_ATTENTION: lambda: self._decode_attn(
-                load.decode_seqs, load.decode_context_tokens
-            ),
+            OpClass.DECODE_ATTENTION: lambda: self._decode_attn(load.decode_seqs, round(context)),
         }
         experts = self._moe_curve.at(tokens) if self._moe_curve else None
         if experts is not None:
@@ -373,32 +383,36 @@ class ProfiledStepCost(StepCostModel):
             return 0.0
         if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
             raise ValueError("sum_seconds: only attention fields of `step` may vary")
-
-        def at(j: int) -> float:
-            return self.step_seconds(
-                first.prefill_tokens,
-                first.prefill_chunks,
-                first.prefill_attention_pairs + j * step.prefill_attention_pairs,
-                first.prefill_kv_tokens + j * step.prefill_kv_tokens,
-                first.decode_seqs,
-                first.decode_context_tokens + j * step.decode_context_tokens,
-            )
-
-        if count <= _SUM_SEGMENTS + 1:
-            return sum(at(j) for j in range(count))
-        last = count - 1
-        marks = sorted({round(i * last / _SUM_SEGMENTS) for i in range(_SUM_SEGMENTS + 1)})
-        values = [at(j) for j in marks]
-        integral = sum(
-            (b - a) * (fa + fb) / 2.0
-            for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
-        )
-        return integral + (values[0] + values[-1]) / 2.0
+        return trapezoid_sum(self.step_seconds, first, step, count)
 
 
 _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
 """Weight formats of the same size and compute, whose tables stand in for each other (the
 per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
+
+
+def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
+    """All MoE layers' routed experts over tokens, from the profile's fused-MoE table of this
+    layer shape (none for shared experts, which the tables do not hold)."""
+    moe = model.moe
+    if moe is None or moe.num_shared_experts:
+        return None
+    key = (
+        deployment.weight_dtype,
+        model.hidden_size,
+        moe.expert_intermediate_size,
+        moe.experts_per_token,
+        moe.num_experts,
+        deployment.tp,
+    )
+    table = profile.moe.get(key)
+    if table is None and deployment.weight_dtype in _SAME_BYTES:
+        table = profile.moe.get((_SAME_BYTES[deployment.weight_dtype], *key[1:]))
+    if table is None:
+        return None
+    moe_layers = model.num_layers - moe.num_dense_layers
+    tokens = table.axes[0]
+    return _curve(tokens, [None if (t := table.at(n)) is None else t * moe_layers for n in tokens])
 
 
 def _table_for(tables: Mapping[DType, Grid], weight_dtype: DType) -> Grid | None:
