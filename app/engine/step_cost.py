@@ -213,6 +213,13 @@ class StepCostModel:
         return 0.0
 
     @property
+    def kv_window(self) -> tuple[float, int] | None:
+        """(share of layers, window tokens) when some layers attend within a window: the
+        simulator's KV pool holds only their window (`simulate`); None otherwise."""
+        c = self.coefficients
+        return (c.window_share, c.window_tokens) if c.window_share else None
+
+    @property
     def peak_flops_per_s(self) -> float:
         """Datasheet peak of one GPU in the GEMMs' compute format."""
         return self.gpu.peak(self.gemm_dtype)

@@ -20,9 +20,11 @@ from app.engine.dtypes import DType
 from app.engine.memory import kv_bytes_per_sequence, weight_bytes_per_gpu
 from app.engine.parallelism import assess_tp
 from app.engine.params import count_params
+from app.engine.simulation import SchedulerConfig, simulate
 from app.engine.specs import Deployment, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
+from app.engine.workload import Trace
 from app.formats.hf_config import parse_hf_config
 from tests.engine.test_counting import H100
 
@@ -221,3 +223,27 @@ def test_llama4_interleaved_moe_counts_dense_and_expert_layers() -> None:
     assert counted.dense_ffn == 24 * 3 * 5120 * 16384
     assert counted.experts == 24 * 129 * 3 * 5120 * 8192
     assert counted.total == 400_711_848_960
+
+
+def test_the_simulator_holds_only_the_window_of_windowed_layers() -> None:
+    """gpt-oss-120b, 18 of 36 layers within 128 tokens. 40 prompts of 4,000 tokens (250 blocks
+    of 16) arrive at once into 10 x 4,000 all-layer slots (2,500 blocks), one step may take
+    them all. Keeping every layer's KV, 10 are admitted. With the window, counted in full-layer
+    blocks, the pool is 2,500 / (1 - 0.5) = 5,000 and each prompt 250 + ceil(9 x 0.5 / 0.5) =
+    259 of them: 19 at once."""
+    cost = StepCostModel(GPT_OSS, H100, Deployment(weight_dtype=DType.MXFP4))
+    assert cost.kv_window == (0.5, 128)
+    trace = Trace.from_rows([(0.0, 4000, 1)] * 40)
+    wide = SchedulerConfig(max_num_batched_tokens=200_000)
+    capacity = 10 * 4000
+    windowed = simulate(trace, cost, kv_capacity_tokens=capacity, scheduler=wide)
+    dense = replace(GPT_OSS, sliding_window=0, window_layers=0)
+    full = simulate(
+        trace,
+        StepCostModel(dense, H100, cost.deployment),
+        kv_capacity_tokens=capacity,
+        scheduler=wide,
+    )
+    assert full.max_running_requests == 10
+    assert windowed.max_running_requests == 5000 // 259 == 19
+    assert windowed.completed_requests == full.completed_requests == 40

@@ -81,6 +81,10 @@ def simulate(
     capacity_blocks = kv_capacity_tokens // block_tokens
     # Peak footprint: the last decode step writes the KV of token T-1 of T.
     peak_blocks = -(-(trace.prompt_tokens + trace.output_tokens - 1) // block_tokens)
+    capacity_blocks, window_blocks = _windowed_blocks(
+        getattr(timer, "kv_window", None), capacity_blocks, peak_blocks, block_tokens
+    )
+    peak_blocks = peak_blocks + window_blocks
     rejected = peak_blocks > capacity_blocks
     if rejected.all():
         raise SpecError(
@@ -101,6 +105,7 @@ def simulate(
         timer=timer,
         config=config,
         capacity_blocks=capacity_blocks,
+        window_blocks=window_blocks.tolist(),
         block_tokens=block_tokens,
         exact_step_times=exact_step_times,
         max_steps=max_steps,
@@ -108,6 +113,32 @@ def simulate(
     run.execute()
     request_overhead_s = float(getattr(timer, "request_overhead_s", 0.0))
     return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
+
+
+def _windowed_blocks(
+    window: tuple[float, int] | None,
+    capacity_blocks: int,
+    peak_blocks: NDArray[np.int64],
+    block_tokens: int,
+) -> tuple[int, NDArray[np.int64]]:
+    """The pool and each request's fixed reservation when a share `s` of the layers attends
+    within a window of W tokens (`timer.kv_window`, (s, W)).
+
+    A sequence of n blocks holds n blocks on the full layers and at most min(n, ceil(W/b) + 1) on
+    the windowed ones. Counting in blocks of the full layers (capacity / (1 - s)), it grows
+    like any sequence and reserves, at admission, its windowed layers' peak,
+    ceil(min(n_peak, ceil(W/b) + 1) * s / (1 - s)): exact at the peak, an upper bound before.
+    With every layer windowed (s = 1) the pool is counted as if none were: an upper bound."""
+    zero = np.zeros_like(peak_blocks)
+    if window is None:
+        return capacity_blocks, zero
+    share, tokens = window
+    if not 0 < share < 1:
+        return capacity_blocks, zero
+    most = -(-tokens // block_tokens) + 1
+    ratio = share / (1.0 - share)
+    extra = np.ceil(np.minimum(peak_blocks, most) * ratio - 1e-9).astype(np.int64)
+    return int(capacity_blocks / (1.0 - share)), extra
 
 
 class _Run:
@@ -121,6 +152,7 @@ class _Run:
         timer: StepTimer,
         config: SchedulerConfig,
         capacity_blocks: int,
+        window_blocks: list[int],
         block_tokens: int,
         exact_step_times: bool,
         max_steps: int | None = None,
@@ -130,6 +162,7 @@ class _Run:
         self.timer = timer
         self.config = config
         self.capacity_blocks = capacity_blocks
+        self.window_blocks = window_blocks
         self.block_tokens = block_tokens
         self.exact_step_times = exact_step_times
         self.max_steps = max_steps
@@ -170,6 +203,7 @@ class _Run:
         max_tokens = config.max_num_batched_tokens
         chunk_cap = config.long_prefill_token_threshold if chunked else 0
         block = self.block_tokens
+        window_blocks = self.window_blocks  # each request's windowed layers, held throughout
         first_token_s = self.first_token_s
         finish_s = self.finish_s
         itl_gap = self.itl_gap_s
@@ -238,9 +272,8 @@ class _Run:
             run_decodes = decode_seqs > 0
             if prefill_first and waiting and run_decodes:
                 head = waiting[0]
-                if -(-(prompt[head] + generated[head]) // block) <= free_blocks and (
-                    len(running) < max_seqs
-                ):
+                blocks = -(-(prompt[head] + generated[head]) // block) + window_blocks[head]
+                if blocks <= free_blocks and (len(running) < max_seqs):
                     run_decodes = False  # v0: a prefill step stalls every running decode
 
             preempted = False
@@ -263,7 +296,7 @@ class _Run:
                     new_blocks_by_phase[phase] -= 1
                     if phase == decode_step % block:
                         needed -= 1
-                    free_blocks += -(-(context - 1) // block)
+                    free_blocks += -(-(context - 1) // block) + window_blocks[victim]
                     decode_seqs -= 1
                     decode_context -= context
                     ticket_of[victim] = -1
@@ -317,7 +350,7 @@ class _Run:
                         if total > budget and prefill_chunks > 0:
                             break
                         take = total
-                    head_blocks = -(-total // block)
+                    head_blocks = -(-total // block) + window_blocks[head]
                     if head_blocks > free_blocks:
                         break  # FCFS: the head waits for blocks, and so does everyone behind it
                     waiting.popleft()
@@ -414,7 +447,7 @@ class _Run:
                     finish_s[request] = now
                     del running[request]
                     final_context = prompt[request] + output[request] - 1
-                    free_blocks += -(-final_context // block)
+                    free_blocks += -(-final_context // block) + window_blocks[request]
                     decode_seqs -= 1
                     decode_context -= final_context
                     phase = (join_step[request] + 1 - prompt[request] - generated[request]) % block
