@@ -91,6 +91,29 @@ class InterconnectFields(Input):
         description="Latency of one ring step of a small all-reduce, seconds.",
         examples=[5e-6],
     )
+    domain_size: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="GPUs that reach each other over this link: 8 on HGX boards, 72 in NVL72.",
+        examples=[8],
+    )
+    scale_out_bytes_per_s: float = Field(
+        default=50e9,
+        ge=MIN_RATE,
+        le=100 * _TB,
+        description=(
+            "Per GPU, one direction, between link domains (InfiniBand/RoCE NIC): 400 Gb/s is "
+            "5e10. A group of GPUs larger than the domain talks at this rate."
+        ),
+        examples=[50e9],
+    )
+    scale_out_latency_s: float = Field(
+        default=5e-6,
+        ge=0,
+        le=1e-3,
+        description="Latency of one step over the scale-out network, seconds.",
+    )
 
 
 class EfficiencyFractions(Input):

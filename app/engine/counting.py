@@ -44,6 +44,8 @@ __all__ = [
     "mla_replicated_params",
     "op_coefficients",
     "pairs_for_chunk",
+    "stage_share",
+    "validate_layout",
     "validate_tp",
     "window_bounded",
 ]
@@ -93,6 +95,47 @@ def validate_tp(model: ModelSpec, tp: int) -> None:
             raise SpecError("tp", f"{name} {width} cannot be split evenly across {tp} GPUs")
 
 
+def validate_layout(model: ModelSpec, deployment: Deployment) -> None:
+    """`SpecError` naming the field unless the engines can lay `model` out as `deployment`:
+    tp splits it (`validate_tp`); dp and ep need experts to share (a dense model's data
+    parallelism is replicas: plan more of them); ep divides the experts, and without ep the
+    tp x dp GPUs split each expert's width; pp has a layer per stage."""
+    validate_tp(model, deployment.tp)
+    moe = model.moe
+    for name, value in (("dp", deployment.dp), ("ep", deployment.ep)):
+        if value > 1 and moe is None:
+            raise SpecError(
+                name,
+                f"{name} {value} needs a mixture-of-experts model: a dense model's data "
+                "parallelism is separate replicas (plan replicas instead)",
+            )
+    if moe is not None and deployment.ep > 1 and moe.num_experts % deployment.ep:
+        raise SpecError(
+            "ep", f"{moe.num_experts} experts cannot be spread evenly over {deployment.ep} GPUs"
+        )
+    shards = deployment.expert_shards
+    if (
+        moe is not None
+        and deployment.ep == 1
+        and shards > deployment.tp
+        and moe.expert_intermediate_size % shards
+    ):
+        raise SpecError(
+            "dp",
+            f"without ep the tp x dp = {shards} GPUs split each expert, and its width "
+            f"{moe.expert_intermediate_size} does not divide by {shards} (use ep {shards})",
+        )
+    if deployment.pp > model.num_layers:
+        raise SpecError(
+            "pp", f"{deployment.pp} stages exceed the model's {model.num_layers} layers"
+        )
+
+
+def stage_share(model: ModelSpec, pp: int) -> float:
+    """The share of the layers the largest of `pp` pipeline stages holds: ceil(L/pp)/L."""
+    return -(-model.num_layers // pp) / model.num_layers
+
+
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
     """KV heads each GPU holds: K/tp, or 1 once tp exceeds K (replication; article C). With MLA
     the heads' keys and values exist only while prefill decompresses them: H/tp."""
@@ -104,9 +147,11 @@ def kv_bytes_per_token(model: ModelSpec, deployment: Deployment) -> float:
     cost of a token within the window; `kv_slots` bounds a whole sequence):
     2 * L * max(1, K/tp) * h * kv bytes, or with MLA L * (kv_lora_rank + qk_rope_head_dim) *
     kv bytes on every GPU, since tensor parallelism splits heads and the latent belongs to none."""
-    validate_tp(model, deployment.tp)
+    validate_layout(model, deployment)
     kv_heads = kv_heads_per_gpu(model, deployment.tp)
-    return _kv_bytes_per_token(model, kv_heads, deployment.kv_dtype)
+    per_token = _kv_bytes_per_token(model, kv_heads, deployment.kv_dtype)
+    # A pipeline stage caches its own layers only.
+    return per_token * stage_share(model, deployment.pp) if deployment.pp > 1 else per_token
 
 
 def _kv_bytes_per_token(model: ModelSpec, kv_heads_per_gpu: float, kv_dtype: DType) -> float:
@@ -211,6 +256,10 @@ class OpCoefficients(NamedTuple):
     expert_activation_bytes_per_token: float
     num_experts: int
     experts_per_token: int
+    expert_shards: int
+    """GPUs the experts are spread over (tp x dp): their per-GPU coefficients process the
+    whole replica's tokens."""
+    moe_layers: int
     # LM head
     lm_head_flops_per_sequence: float
     lm_head_weight_bytes: float
@@ -237,7 +286,9 @@ class OpCoefficients(NamedTuple):
     window_tokens: int
     # tensor-parallel communication
     allreduce_bytes_per_token: float
-    """Activation bytes all-reduced per token per step (two all-reduces per layer)."""
+    """Activation bytes all-reduced within the TP group per token per step: after attention
+    and after each dense FFN, and after each MoE layer unless its experts span more GPUs (dp or
+    ep: `app.engine.step_cost` times those exchanges)."""
     allreduces_per_step: int
     linear_flops_per_token: float
     """All linear FLOPs per token (QKV, O, FFN, router, experts), excluding the LM head."""
@@ -253,7 +304,7 @@ def op_coefficients(
     them. Raises `SpecError("tp", ...)` when tp cannot split the model.
     """
     tp = deployment.tp
-    validate_tp(model, tp)
+    validate_layout(model, deployment)
     if model.mla is not None:
         return _mla_coefficients(model, deployment, attention_dtype)
     d, h, layers = model.hidden_size, model.head_dim, model.num_layers
@@ -277,9 +328,10 @@ def op_coefficients(
     # Read d, write the (m-1) f gate/up outputs, read f into the down projection, write d.
     ffn_activation = 2 * d + matrices * ffn_width
 
+    shards = deployment.expert_shards
     if moe is not None:
-        expert_width = moe.expert_intermediate_size / tp
-        shared_width = moe.num_shared_experts * moe.shared_width / tp
+        expert_width = moe.expert_intermediate_size / shards
+        shared_width = moe.num_shared_experts * moe.shared_width / shards
         routed_per_token = moe.experts_per_token * matrices * d * expert_width
         shared_per_token = matrices * d * shared_width
         expert_flops = 2.0 * (routed_per_token + shared_per_token) * moe_layers
@@ -305,6 +357,10 @@ def op_coefficients(
     qkv_flops = 2.0 * d * qkv_width * layers
     o_flops = 2.0 * o_width * d * layers
     ffn_flops = 2.0 * matrices * d * ffn_width * dense_layers
+    # Megatron TP: one all-reduce of d per token after attention and one after each FFN; an
+    # MoE layer whose experts span dp or ep exchanges tokens instead (step_cost).
+    tp_moe_layers = moe_layers if shards == tp and deployment.ep == 1 else 0
+    allreduces = layers + dense_layers + tp_moe_layers if tp > 1 else 0
     return OpCoefficients(
         tp=tp,
         kv_heads_per_gpu=kv_heads_gpu,
@@ -326,6 +382,8 @@ def op_coefficients(
         expert_activation_bytes_per_token=expert_activation,
         num_experts=num_experts,
         experts_per_token=top_k,
+        expert_shards=shards,
+        moe_layers=moe_layers,
         # LM head: d -> V/tp (vocab-parallel), 2 d V FLOPs per sequence; logits in fp32.
         lm_head_flops_per_sequence=2.0 * d * model.vocab_size / tp,
         lm_head_weight_bytes=d * model.vocab_size / tp * act_b,
@@ -340,9 +398,8 @@ def op_coefficients(
         decode_absorb_flops_per_sequence=0.0,
         window_share=model.window_layers / layers,
         window_tokens=model.sliding_window,
-        # Megatron TP: one all-reduce after attention, one after the FFN, of d per token.
-        allreduce_bytes_per_token=2.0 * d * act_b * layers if tp > 1 else 0.0,
-        allreduces_per_step=2 * layers if tp > 1 else 0,
+        allreduce_bytes_per_token=allreduces * d * act_b,
+        allreduces_per_step=allreduces,
         linear_flops_per_token=qkv_flops + o_flops + ffn_flops + router_flops + expert_flops,
     )
 
@@ -570,9 +627,9 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
             ),
             OpCount(
                 OpClass.MOE_EXPERTS,
-                flops=tokens * c.expert_flops_per_token * scale,
-                weight_bytes=expert_weights * scale,
-                activation_bytes=tokens * c.expert_activation_bytes_per_token * scale,
+                flops=tokens * c.expert_flops_per_token * c.expert_shards,
+                weight_bytes=expert_weights * c.expert_shards,
+                activation_bytes=tokens * c.expert_activation_bytes_per_token * c.expert_shards,
             ),
             OpCount(
                 OpClass.PREFILL_ATTENTION,

@@ -19,6 +19,8 @@ from app.engine.counting import (
     kv_heads_per_gpu,
     kv_slots,
     mla_replicated_params,
+    stage_share,
+    validate_layout,
     validate_tp,
 )
 from app.engine.dtypes import BYTES_PER_ELEMENT
@@ -67,15 +69,22 @@ def _weight_bytes(model: ModelSpec, deployment: Deployment, params: ParamCount) 
     act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
     # K/V projections: each GPU holds max(1, K/tp) of the K heads' weights.
     kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
-    sharded = (params.attention_qo + params.dense_ffn + params.experts) / tp
+    # Attention and dense FFNs split by tp (replicated across dp ranks); the experts spread
+    # over the tp x dp GPUs of a stage, by slices or, under ep, whole.
+    sharded = (params.attention_qo + params.dense_ffn) / tp + params.experts / (
+        deployment.expert_shards
+    )
     # MLA: q_a and kv_a (d -> the bottlenecks) are replicated on every GPU (vLLM's
     # ReplicatedLinear); the rest of attention splits by heads.
     replicated = mla_replicated_params(model) * (1.0 - 1.0 / tp)
-    return (
-        (sharded + params.attention_kv * kv_share + replicated) * weight_b
-        + (params.embedding + params.lm_head + params.router) / tp * act_b
-        + params.norms * act_b
-    )
+    layers = (sharded + params.attention_kv * kv_share + replicated) * weight_b + (
+        params.router / tp + params.norms
+    ) * act_b
+    if deployment.pp == 1:
+        return layers + (params.embedding + params.lm_head) / tp * act_b
+    # The largest stage's layers, and the embedding (first stage) or the head (last).
+    ends = max(params.embedding, params.lm_head or params.embedding) / tp * act_b
+    return layers * stage_share(model, deployment.pp) + ends
 
 
 def kv_bytes_per_sequence(
@@ -159,6 +168,16 @@ class MemoryPlan:
     activation_reserve_bytes: float
     kv_pool_bytes: float
     kv_bytes_per_token: float
+    kv_pools: int = 1
+    """Independent KV pools of the replica: one per attention data-parallel rank, each of
+    `kv_pool_bytes` on every GPU of its rank."""
+
+    @property
+    def replica_kv_tokens(self) -> int:
+        """Tokens of KV cache the replica holds: every rank's pool."""
+        if self.kv_pool_bytes <= 0:
+            return 0
+        return math.floor(self.kv_pool_bytes / self.kv_bytes_per_token) * self.kv_pools
 
     @property
     def fits_weights(self) -> bool:
@@ -223,7 +242,7 @@ def memory_plan(
         raise SpecError(
             "gpu_memory_utilization", f"must be in (0, 1], got {gpu_memory_utilization}"
         )
-    validate_tp(model, deployment.tp)
+    validate_layout(model, deployment)
     usable = gpu_memory_utilization * gpu.memory_bytes
     weights = _weight_bytes(model, deployment, count_params(model) if params is None else params)
     reserve = _activation_reserve(model, deployment, max_num_batched_tokens, max_num_seqs)
@@ -234,4 +253,5 @@ def memory_plan(
         activation_reserve_bytes=reserve,
         kv_pool_bytes=usable - weights - reserve,
         kv_bytes_per_token=kv_bytes_per_token(model, deployment),
+        kv_pools=deployment.dp,
     )

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from app.engine.dtypes import BLOCK_SCALED_DTYPES, DType
 
 __all__ = [
+    "DEFAULT_EXPERT_IMBALANCE",
     "IDEAL_EFFICIENCY",
     "Deployment",
     "Efficiency",
@@ -368,15 +369,38 @@ class InterconnectSpec:
     kind: str
     bandwidth_bytes_per_s: float
     latency_s: float = 5e-6  # per ring step; see app/catalog/data/gpus.json sources
+    domain_size: int = 8
+    """GPUs that reach each other over this link: 8 on an HGX board, 72 in an NVL72 rack."""
+    scale_out_bytes_per_s: float = 50e9
+    """Per GPU, one direction, between domains (InfiniBand/RoCE): a 400 Gb/s NIC per GPU."""
+    scale_out_latency_s: float = 5e-6
 
     def __post_init__(self) -> None:
         positive("interconnect.bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
         if self.latency_s < 0:
             raise SpecError("interconnect.latency_s", "must not be negative")
+        positive("interconnect.domain_size", self.domain_size)
+        positive("interconnect.scale_out_bytes_per_s", self.scale_out_bytes_per_s)
+        if self.scale_out_latency_s < 0:
+            raise SpecError("interconnect.scale_out_latency_s", "must not be negative")
 
     @property
     def unidirectional_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s / 2
+
+    def tier(self, gpus: int) -> InterconnectSpec:
+        """The link a group of `gpus` GPUs talks over: this one within a domain, the scale-out
+        network (at its per-GPU, one-way rate) once the group spans domains."""
+        if gpus <= self.domain_size:
+            return self
+        return InterconnectSpec(
+            kind="scale-out",
+            bandwidth_bytes_per_s=2.0 * self.scale_out_bytes_per_s,
+            latency_s=self.scale_out_latency_s,
+            domain_size=self.domain_size,
+            scale_out_bytes_per_s=self.scale_out_bytes_per_s,
+            scale_out_latency_s=self.scale_out_latency_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,23 +465,76 @@ class GpuSpec:
         return self.peak(dtype) / self.memory_bandwidth_bytes_per_s
 
 
+DEFAULT_EXPERT_IMBALANCE = 1.3
+"""Tokens on the busiest expert-parallel GPU over the mean, without redundant experts: routing
+skew of served traffic runs 1.2-1.8 (docs/model.md); EPLB's replicas bring it toward 1."""
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """How the model is laid out: tensor-parallel degree and the formats of weights and KV cache."""
+    """How one replica is laid out, and the formats of weights and KV cache.
+
+    `tp` GPUs split each layer (heads, FFN widths); `dp` such groups run attention on their own
+    sequences (attention data parallelism); `pp` stages hold consecutive layers. A replica has
+    tp x dp x pp GPUs. The experts of an MoE layer are sharded over the tp x dp GPUs of a stage:
+    by tensor slices when `ep` is 1, by whole experts when `ep` is tp x dp (vLLM's
+    `--enable-expert-parallel`, SGLang's `--ep-size` with DP attention). `expert_imbalance` is
+    the busiest expert-parallel GPU's tokens over the mean (None: the default, under ep only).
+    """
 
     tp: int = 1
     weight_dtype: DType = DType.BF16
     kv_dtype: DType = DType.BF16
     activation_dtype: DType = DType.BF16
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    expert_imbalance: float | None = None
 
     def __post_init__(self) -> None:
         positive("tp", self.tp)
+        positive("pp", self.pp)
+        positive("dp", self.dp)
+        positive("ep", self.ep)
+        if self.ep not in (1, self.tp * self.dp):
+            raise SpecError(
+                "ep",
+                f"experts shard over the tp x dp = {self.tp * self.dp} GPUs of a stage "
+                f"(vLLM's --enable-expert-parallel, SGLang's --ep-size): ep is 1 or "
+                f"{self.tp * self.dp}, got {self.ep}",
+            )
+        if self.expert_imbalance is not None and not 1 <= self.expert_imbalance <= 8:
+            raise SpecError(
+                "expert_imbalance", f"must be between 1 and 8, got {self.expert_imbalance}"
+            )
         if self.kv_dtype in BLOCK_SCALED_DTYPES:
             raise SpecError(
                 "kv_dtype",
                 f"{self.kv_dtype} is a block-scaled weight format, not a KV-cache format "
                 "(use bf16, fp16 or fp8)",
             )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x dp x pp."""
+        return self.tp * self.dp * self.pp
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs the experts of a layer are spread over: the tp x dp of a stage."""
+        return self.tp * self.dp
+
+    @property
+    def imbalance(self) -> float:
+        """The expert-parallel straggler factor: 1 without ep."""
+        if self.ep == 1:
+            return 1.0
+        return DEFAULT_EXPERT_IMBALANCE if self.expert_imbalance is None else self.expert_imbalance
+
+    @property
+    def is_layout(self) -> bool:
+        """More than tensor parallelism: dp, pp or ep above 1."""
+        return self.dp > 1 or self.pp > 1 or self.ep > 1
 
 
 def within_context(model: ModelSpec, name: str, tokens: int) -> None:

@@ -34,7 +34,7 @@ from app.engine.counting import (
     pairs_for_chunk,
     window_bounded,
 )
-from app.engine.dtypes import DType, compute_dtype_for
+from app.engine.dtypes import BYTES_PER_ELEMENT, DType, compute_dtype_for
 from app.engine.specs import (
     IDEAL_EFFICIENCY,
     Deployment,
@@ -85,6 +85,7 @@ class StepCostModel:
         "_comm_s_per_token",
         "_decode_pair_c",
         "_decode_qo_kv_s",
+        "_dp",
         "_exp_a",
         "_exp_c",
         "_exp_shared",
@@ -96,8 +97,12 @@ class StepCostModel:
         "_ffn_w",
         "_gemm_rate",
         "_has_ffn",
+        "_has_layout_comm",
         "_has_moe",
+        "_imbalance",
         "_kv_s",
+        "_layout_latency_s",
+        "_layout_s_per_token",
         "_lm_a",
         "_lm_c",
         "_lm_w",
@@ -114,6 +119,7 @@ class StepCostModel:
         "_router_a",
         "_router_c",
         "_router_w",
+        "_stage_s_per_token",
         "_windowed",
         "attention_dtype",
         "coefficients",
@@ -199,12 +205,19 @@ class StepCostModel:
         self._windowed = c.window_share > 0
         # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
         per_token_layer = c.allreduce_bytes_per_token / max(c.allreduces_per_step, 1)
-        latency_s = allreduce_seconds(0.0, c.tp, gpu.interconnect, efficiency)
+        tp_link = gpu.interconnect.tier(c.tp)
+        latency_s = allreduce_seconds(0.0, c.tp, tp_link, efficiency)
         self._comm_s_per_token = (
-            allreduce_seconds(per_token_layer, c.tp, gpu.interconnect, efficiency) - latency_s
+            allreduce_seconds(per_token_layer, c.tp, tp_link, efficiency) - latency_s
         ) * c.allreduces_per_step
         self._comm_latency_s = latency_s * c.allreduces_per_step
         self._overhead_s = efficiency.overhead_ms / MS_PER_S
+        self._dp = deployment.dp
+        self._imbalance = deployment.imbalance
+        self._layout_s_per_token, self._layout_latency_s, self._stage_s_per_token = (
+            layout_communication(model, gpu, deployment, efficiency, c)
+        )
+        self._has_layout_comm = deployment.is_layout
 
     @property
     def request_overhead_s(self) -> float:
@@ -249,6 +262,17 @@ class StepCostModel:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
+        replica_tokens = tokens  # what the experts, spread over tp x dp GPUs, see
+        if self._dp > 1:
+            # Each attention data-parallel rank runs its share of the sequences.
+            share = 1.0 / self._dp
+            prefill_tokens *= share  # type: ignore[assignment]
+            prefill_chunks *= share  # type: ignore[assignment]
+            prefill_attention_pairs *= share
+            prefill_kv_tokens *= share  # type: ignore[assignment]
+            decode_seqs *= share  # type: ignore[assignment]
+            decode_context_tokens *= share  # type: ignore[assignment]
+            tokens = prefill_tokens + decode_seqs
         if self._windowed:
             prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
                 self.coefficients,
@@ -265,12 +289,8 @@ class StepCostModel:
         if self._has_ffn:
             total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
         if self._has_moe:
-            distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
             total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
-            total += max(
-                tokens * self._exp_c,
-                distinct * self._exp_w + self._exp_shared + tokens * self._exp_a,
-            )
+            total += self._experts_seconds(replica_tokens)
         if sequences > 0:
             total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
         if prefill_tokens > 0:
@@ -283,14 +303,46 @@ class StepCostModel:
                 decode_context_tokens * self._decode_pair_c + decode_seqs * self._absorb_c,
                 decode_seqs * self._decode_qo_kv_s + decode_context_tokens * self._kv_s,
             )
-        return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
+        return (
+            total
+            + tokens * self._comm_s_per_token
+            + self._comm_latency_s
+            + self._layout_seconds(replica_tokens)
+            + self._overhead_s
+        )
+
+    def _experts_seconds(self, replica_tokens: float) -> float:
+        """The routed and shared experts of the whole replica's tokens on one of the tp x dp
+        GPUs they are spread over; under ep the busiest GPU sets the pace."""
+        distinct = expected_distinct_experts(
+            self._num_experts, self._experts_per_token, replica_tokens
+        )
+        return self._imbalance * max(
+            replica_tokens * self._exp_c,
+            distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a,
+        )
+
+    def _layout_seconds(self, replica_tokens: float) -> float:
+        """Expert all-to-alls or all-reduces beyond the TP group, and the pipeline's
+        activation hand-offs, of one step (0 for a plain tp layout)."""
+        if not self._has_layout_comm:
+            return 0.0
+        return (
+            replica_tokens * self._layout_s_per_token
+            + replica_tokens / self._dp * self._stage_s_per_token
+            + self._layout_latency_s
+        )
 
     def communication_seconds(self, load: StepLoad) -> float:
-        """The tensor-parallel all-reduces of one step (`breakdown(load).communication_s`)."""
+        """The all-reduces, expert exchanges and stage hand-offs of one step
+        (`breakdown(load).communication_s`)."""
         tokens = load.prefill_tokens + load.decode_seqs
         if tokens <= 0:
             return 0.0
-        return tokens * self._comm_s_per_token + self._comm_latency_s
+        per_rank = tokens / self._dp
+        return (
+            per_rank * self._comm_s_per_token + self._comm_latency_s + self._layout_seconds(tokens)
+        )
 
     def breakdown(self, load: StepLoad) -> StepTime:
         """Per-op-class compute and memory seconds of one step, plus communication and
@@ -298,6 +350,10 @@ class StepCostModel:
         tokens = load.prefill_tokens + load.decode_seqs
         if tokens <= 0:
             return StepTime((), 0.0, 0.0)
+        communication_s = self.communication_seconds(load)
+        replica_tokens = tokens
+        load = per_rank(load, self._dp)
+        tokens = load.prefill_tokens + load.decode_seqs
         sequences = load.prefill_chunks + load.decode_seqs
         ops = [
             OpTime(OpClass.QKV_PROJ, tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a),
@@ -308,7 +364,9 @@ class StepCostModel:
                 OpTime(OpClass.FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
             )
         if self._has_moe:
-            distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
+            distinct = expected_distinct_experts(
+                self._num_experts, self._experts_per_token, replica_tokens
+            )
             ops.append(
                 OpTime(
                     OpClass.MOE_ROUTER,
@@ -319,8 +377,9 @@ class StepCostModel:
             ops.append(
                 OpTime(
                     OpClass.MOE_EXPERTS,
-                    tokens * self._exp_c,
-                    distinct * self._exp_w + self._exp_shared + tokens * self._exp_a,
+                    self._imbalance * replica_tokens * self._exp_c,
+                    self._imbalance
+                    * (distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a),
                 )
             )
         if sequences > 0:
@@ -344,7 +403,7 @@ class StepCostModel:
                     load.decode_seqs * self._decode_qo_kv_s + context * self._kv_s,
                 )
             )
-        return StepTime(tuple(ops), self.communication_seconds(load), self._overhead_s)
+        return StepTime(tuple(ops), communication_s, self._overhead_s)
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
         """Sum of `seconds(first + j * step)` for j in 0..count-1, exactly, in O(1).
@@ -483,3 +542,60 @@ def trapezoid_sum(
         for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
     )
     return integral + (values[0] + values[-1]) / 2.0
+
+
+def per_rank(load: StepLoad, dp: int) -> StepLoad:
+    """The share of `load` one of `dp` attention data-parallel ranks runs (sequences spread
+    evenly; fractional counts are averages)."""
+    if dp == 1:
+        return load
+    return StepLoad(
+        prefill_tokens=load.prefill_tokens / dp,  # type: ignore[arg-type]
+        prefill_chunks=load.prefill_chunks / dp,  # type: ignore[arg-type]
+        prefill_attention_pairs=load.prefill_attention_pairs / dp,
+        prefill_kv_tokens=load.prefill_kv_tokens / dp,  # type: ignore[arg-type]
+        decode_seqs=load.decode_seqs / dp,  # type: ignore[arg-type]
+        decode_context_tokens=load.decode_context_tokens / dp,  # type: ignore[arg-type]
+    )
+
+
+def layout_communication(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    c: OpCoefficients,
+) -> tuple[float, float, float]:
+    """(seconds per replica token, seconds per step, seconds per rank token) of the exchanges a
+    layout adds to the TP all-reduces, over the link tier each group of GPUs reaches:
+
+    - ep: per MoE layer a dispatch and a combine all-to-all; each GPU sends its 1/(tp x dp)
+      share of the tokens to k experts, (ep - 1)/ep of them elsewhere: 2 x k x d x
+      activation bytes x (ep - 1)/ep per token over the one-way link, plus two latencies;
+    - dp without ep: per MoE layer the tokens of all ranks meet the tensor-sliced experts, an
+      all-reduce of d per replica token over the tp x dp GPUs;
+    - pp: (pp - 1) hand-offs of d per token of a rank between consecutive stages.
+    """
+    act_b = BYTES_PER_ELEMENT[deployment.activation_dtype]
+    d, link = model.hidden_size, gpu.interconnect
+    shards, moe_layers = c.expert_shards, c.moe_layers
+    per_token = latency = 0.0
+    if moe_layers and deployment.ep > 1:
+        tier = link.tier(shards)
+        bandwidth = tier.unidirectional_bytes_per_s * efficiency.communication
+        ep = deployment.ep
+        per_token = 2.0 * c.experts_per_token * d * act_b * (ep - 1) / ep / shards / bandwidth
+        per_token *= moe_layers
+        latency = 2.0 * tier.latency_s * moe_layers
+    elif moe_layers and shards > deployment.tp:
+        tier = link.tier(shards)
+        step = allreduce_seconds(0.0, shards, tier, efficiency)
+        per_token = (allreduce_seconds(d * act_b, shards, tier, efficiency) - step) * moe_layers
+        latency = step * moe_layers
+    stage = 0.0
+    if deployment.pp > 1:
+        tier = link.tier(deployment.gpus)
+        bandwidth = tier.unidirectional_bytes_per_s * efficiency.communication
+        stage = (deployment.pp - 1) * d * act_b / bandwidth
+        latency += (deployment.pp - 1) * tier.latency_s
+    return per_token, latency, stage

@@ -56,7 +56,16 @@ def gpu_spec_from_fields(fields: Mapping[str, Any]) -> GpuSpec:
     except ValueError as error:
         raise SpecError("peak_flops_per_s", str(error)) from None
     link = fields["interconnect"]
-    latency = link.get("latency_s")
+    optional: dict[str, Any] = {
+        name: kind(link[name])
+        for name, kind in (
+            ("latency_s", float),
+            ("domain_size", int),
+            ("scale_out_bytes_per_s", float),
+            ("scale_out_latency_s", float),
+        )
+        if link.get(name) is not None
+    }
     return GpuSpec(
         id=fields.get("id") or "inline",
         memory_bytes=int(fields["memory_bytes"]),
@@ -65,7 +74,7 @@ def gpu_spec_from_fields(fields: Mapping[str, Any]) -> GpuSpec:
         interconnect=InterconnectSpec(
             kind=str(link["kind"]),
             bandwidth_bytes_per_s=float(link["bandwidth_bytes_per_s"]),
-            **({"latency_s": float(latency)} if latency is not None else {}),
+            **optional,
         ),
         efficiency=efficiency_from_fields(fields.get("efficiency")),
     )

@@ -43,6 +43,7 @@ SYSTEMS: Mapping[str, str] = {
     "b300_sxm": "b300-sxm-288gb",
     "gb200": "gb200-186gb",
     "rtx_pro_6000_server": "rtx-pro-6000-96gb",
+    "gb300": "gb300-288gb",
 }
 """aiconfigurator system name -> Ridgeline GPU id."""
 

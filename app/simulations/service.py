@@ -329,7 +329,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             job.target.cost,
             kv_capacity_tokens=job.kv_capacity_tokens,
             block_tokens=job.block_tokens,
-            scheduler=job.scheduler,
+            scheduler=job.scheduler.for_ranks(job.target.deployment.dp),
             ttft_slo_ms=job.ttft_slo_ms,
             tpot_slo_ms=job.tpot_slo_ms,
             max_steps=job.max_steps,

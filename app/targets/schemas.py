@@ -42,6 +42,41 @@ class DeploymentFields(Input):
     """How the model is deployed: its tensor-parallel degree and storage formats."""
 
     tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.", examples=[1])
+    pp: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline stages: each holds consecutive layers on its own tp x dp GPUs.",
+    )
+    dp: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description=(
+            "Attention data parallelism inside a replica (MoE models): dp groups of tp GPUs run "
+            "attention on their own sequences and share the experts (vLLM's "
+            "--data-parallel-size, SGLang's --dp with --enable-dp-attention)."
+        ),
+    )
+    ep: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description=(
+            "Expert parallelism: 1 slices every expert over the tp x dp GPUs of a stage; tp x dp "
+            "places whole experts on each (vLLM's --enable-expert-parallel, SGLang's --ep-size) "
+            "and exchanges tokens all-to-all."
+        ),
+    )
+    expert_imbalance: float | None = Field(
+        default=None,
+        ge=1,
+        le=8,
+        description=(
+            "Under ep: the busiest GPU's routed tokens over the mean (default 1.3; 1 with a "
+            "perfect balancer)."
+        ),
+    )
     weight_dtype: Format = Field(
         default=BF16_FORMAT,
         description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
@@ -52,7 +87,13 @@ class DeploymentFields(Input):
         """The engine's deployment; 422 naming the field when it is impossible."""
         with spec_errors():
             return Deployment(
-                tp=self.tp, weight_dtype=DType(self.weight_dtype), kv_dtype=DType(self.kv_dtype)
+                tp=self.tp,
+                weight_dtype=DType(self.weight_dtype),
+                kv_dtype=DType(self.kv_dtype),
+                pp=self.pp,
+                dp=self.dp,
+                ep=self.ep,
+                expert_imbalance=self.expert_imbalance,
             )
 
 
@@ -156,6 +197,10 @@ class TargetEcho(BaseModel):
     model: str = Field(description="The catalog model id, or `inline`.")
     gpu: str = Field(description="The catalog GPU id, or `inline`.")
     tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline stages.")
+    dp: int = Field(description="Attention data-parallel ranks.")
+    ep: int = Field(description="Expert-parallel degree (1: experts sliced by tensor).")
+    gpus_per_replica: int = Field(description="tp x dp x pp.")
     weight_dtype: str = Field(description="Weight format.")
     kv_dtype: str = Field(description="KV-cache format.")
     efficiency: EfficiencyUsed = Field(description="How the estimate was timed.")

@@ -78,6 +78,10 @@ class TargetEcho:
     model: str
     gpu: str
     tp: int
+    pp: int
+    dp: int
+    ep: int
+    gpus_per_replica: int
     weight_dtype: str
     kv_dtype: str
     efficiency: EfficiencyUsed
@@ -116,6 +120,10 @@ class Target:
             model=self.model_id,
             gpu=self.gpu_id,
             tp=self.deployment.tp,
+            pp=self.deployment.pp,
+            dp=self.deployment.dp,
+            ep=self.deployment.ep,
+            gpus_per_replica=self.deployment.gpus,
             weight_dtype=self.deployment.weight_dtype.value,
             kv_dtype=self.deployment.kv_dtype.value,
             efficiency=EfficiencyUsed(

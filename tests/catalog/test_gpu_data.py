@@ -66,9 +66,11 @@ ENTRY_KEYS = {
     "sources",
 }
 INTERCONNECT_KEYS = {"kind", "bandwidth_bytes_per_s", "latency_s"}
+# Where an entry differs from the HGX defaults (8 GPUs per domain, a 400 Gb/s NIC per GPU).
+INTERCONNECT_OPTIONAL = {"domain_size", "scale_out_bytes_per_s", "scale_out_latency_s"}
 SOURCE_KEYS = {"title", "url", "covers", "note"}
 VENDORS = {"nvidia", "amd"}
-ARCHITECTURES = {"ampere", "ada", "hopper", "blackwell", "cdna3"}
+ARCHITECTURES = {"ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"}
 FORM_FACTORS = {"sxm4", "sxm5", "sxm6", "pcie", "oam", "superchip"}
 INTERCONNECT_KINDS = {
     "nvlink3",
@@ -93,6 +95,7 @@ def _figure_fields(entry: dict[str, Any]) -> set[str]:
         "tdp_watts",
     }
     fields |= {f"peak_flops_per_s.{dtype}" for dtype in entry["peak_flops_per_s"]}
+    fields |= {f"interconnect.{key}" for key in INTERCONNECT_OPTIONAL & set(entry["interconnect"])}
     if entry["price_per_gpu_hour_usd"] is not None:
         fields.add("price_per_gpu_hour_usd")
     return fields
@@ -133,7 +136,9 @@ def test_ids_are_unique_and_include_the_required_ones() -> None:
 @pytest.mark.parametrize("entry", GPUS, ids=lambda e: e["id"])
 def test_entry_has_exactly_the_contract_keys(entry: dict[str, Any]) -> None:
     assert set(entry) == ENTRY_KEYS
-    assert set(entry["interconnect"]) == INTERCONNECT_KEYS
+    assert (
+        INTERCONNECT_KEYS <= set(entry["interconnect"]) <= INTERCONNECT_KEYS | INTERCONNECT_OPTIONAL
+    )
     assert re.fullmatch(r"[a-z0-9][a-z0-9.-]*", entry["id"])
     assert entry["vendor"] in VENDORS
     assert entry["architecture"] in ARCHITECTURES
@@ -166,7 +171,8 @@ def test_memory_bytes_matches_the_marketed_capacity(entry: dict[str, Any]) -> No
     nominal = int(match.group(1))
     memory = entry["memory_bytes"]
     closest = min(abs(memory / GIB - nominal), abs(memory / GB - nominal)) / nominal
-    assert closest < 0.02
+    # GB300's driver reports 284,208 MiB (298 GB) of the 288 GB NVIDIA markets: 3.5 % over.
+    assert closest < (0.04 if entry["id"] == "gb300-288gb" else 0.02)
 
 
 # --- aliases -------------------------------------------------------------------------------
@@ -320,8 +326,9 @@ def test_fp8_exists_exactly_from_hopper_and_ada_on(entry: dict[str, Any]) -> Non
 
 
 @pytest.mark.parametrize("entry", GPUS, ids=lambda e: e["id"])
-def test_fp4_only_on_blackwell(entry: dict[str, Any]) -> None:
-    assert ("fp4" in entry["peak_flops_per_s"]) == (entry["architecture"] == "blackwell")
+def test_fp4_only_on_blackwell_and_cdna4(entry: dict[str, Any]) -> None:
+    has_fp4 = "fp4" in entry["peak_flops_per_s"]
+    assert has_fp4 == (entry["architecture"] in {"blackwell", "cdna4"})
 
 
 @pytest.mark.parametrize("entry", GPUS, ids=lambda e: e["id"])
@@ -353,5 +360,6 @@ def test_int8_equals_fp8_on_hopper(entry: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("entry", GPUS, ids=lambda e: e["id"])
 def test_bf16_ridge_is_plausible(entry: dict[str, Any]) -> None:
-    """A sparse peak (2x) or a GB/GiB slip in bandwidth would push this out of range."""
-    assert 50 <= _ridge(entry["id"]) <= 700
+    """A sparse peak (2x) or a GB/GiB slip in bandwidth would push this out of range. H20's
+    cut-down compute (148 TFLOPS over 4 TB/s) is the low end: 37."""
+    assert 30 <= _ridge(entry["id"]) <= 700

@@ -36,14 +36,13 @@ from collections.abc import Mapping
 from app.engine.counting import (
     OpClass,
     bounded_by_window,
-    expected_distinct_experts,
     window_bounded,
 )
 from app.engine.dtypes import DType
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.profile import OpFamily, Profile
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
-from app.engine.step_cost import StepCostModel, trapezoid_sum
+from app.engine.step_cost import StepCostModel, per_rank, trapezoid_sum
 from app.engine.step_load import StepLoad
 from app.engine.timing import OpTime, StepTime
 
@@ -238,17 +237,15 @@ class ProfiledStepCost(StepCostModel):
             return t
         return max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
 
-    def _moe(self, tokens: int) -> float:
-        """Router by the roofline; the routed experts from the profile's fused-MoE table of
-        this layer shape, else the roofline."""
+    def _moe(self, tokens: int, replica_tokens: int) -> float:
+        """Router by the roofline over a rank's tokens; the routed experts of the replica's
+        tokens from the profile's fused-MoE table of this layer shape (tensor-sliced over tp),
+        else the roofline."""
         router = max(tokens * self._router_c, self._router_w + tokens * self._router_a)
-        measured = self._moe_curve.at(tokens) if self._moe_curve else None
+        measured = self._moe_curve.at(replica_tokens) if self._moe_curve else None
         if measured is not None:
             return router + measured
-        distinct = expected_distinct_experts(self._num_experts, self._experts_per_token, tokens)
-        return router + max(
-            tokens * self._exp_c, distinct * self._exp_w + self._exp_shared + tokens * self._exp_a
-        )
+        return router + self._experts_seconds(replica_tokens)
 
     def _prefill_attn(self, tokens: int, chunks: int, pairs: float, kv_tokens: int) -> float:
         """Read at the equivalent prompt length to the nearest token (remembered: a run
@@ -311,6 +308,19 @@ class ProfiledStepCost(StepCostModel):
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
+        replica_tokens = tokens
+        if self._dp > 1:
+            dp = self._dp
+            prefill_tokens, prefill_chunks = round(prefill_tokens / dp), round(prefill_chunks / dp)
+            prefill_attention_pairs, prefill_kv_tokens = (
+                prefill_attention_pairs / dp,
+                round(prefill_kv_tokens / dp),
+            )
+            decode_seqs, decode_context_tokens = (
+                round(decode_seqs / dp),
+                round(decode_context_tokens / dp),
+            )
+            tokens = max(1, prefill_tokens + decode_seqs)
         if self._windowed:
             prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
                 self.coefficients,
@@ -324,7 +334,7 @@ class ProfiledStepCost(StepCostModel):
         sequences = prefill_chunks + decode_seqs
         total = self._linear(tokens)
         if self._has_moe:
-            total += self._moe(tokens)
+            total += self._moe(tokens, replica_tokens)
         if sequences > 0:
             total += self._lm(sequences)
         if prefill_tokens > 0:
@@ -334,16 +344,25 @@ class ProfiledStepCost(StepCostModel):
         if decode_seqs > 0:
             total += self._decode_attn(decode_seqs, decode_context_tokens)
         return (
-            total + self._communication(tokens) + self._profile_overhead.seconds(sequences, tokens)
+            total
+            + self._communication(tokens)
+            + self._layout_seconds(replica_tokens)
+            + self._profile_overhead.seconds(sequences, tokens)
         )
 
     def communication_seconds(self, load: StepLoad) -> float:
-        return self._communication(load.prefill_tokens + load.decode_seqs)
+        tokens = load.prefill_tokens + load.decode_seqs
+        if tokens <= 0:
+            return 0.0
+        rank_tokens = max(1, round(tokens / self._dp))
+        return self._communication(rank_tokens) + self._layout_seconds(tokens)
 
     def breakdown(self, load: StepLoad) -> StepTime:
         """The roofline's breakdown with each op class's time replaced by the measured one (its
         compute and memory parts scaled together, so the bound stays the roofline's)."""
         roofline = super().breakdown(load)
+        replica_tokens = load.tokens
+        load = per_rank(load, self._dp)
         tokens, sequences = load.tokens, load.prefill_chunks + load.decode_seqs
         if tokens <= 0:
             return roofline
@@ -358,7 +377,7 @@ class ProfiledStepCost(StepCostModel):
             ),
             OpClass.DECODE_ATTENTION: lambda: self._decode_attn(load.decode_seqs, round(context)),
         }
-        experts = self._moe_curve.at(tokens) if self._moe_curve else None
+        experts = self._moe_curve.at(replica_tokens) if self._moe_curve else None
         if experts is not None:
             measured[OpClass.MOE_EXPERTS] = lambda: experts
         ops = []
@@ -371,7 +390,7 @@ class ProfiledStepCost(StepCostModel):
             ops.append(OpTime(op.op_class, op.compute_s * factor, op.memory_s * factor))
         return StepTime(
             tuple(ops),
-            self.communication_seconds(load),
+            roofline.communication_s,
             self._profile_overhead.seconds(sequences, tokens),
         )
 
@@ -395,7 +414,7 @@ def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Cu
     """All MoE layers' routed experts over tokens, from the profile's fused-MoE table of this
     layer shape (none for shared experts, which the tables do not hold)."""
     moe = model.moe
-    if moe is None or moe.num_shared_experts:
+    if moe is None or moe.num_shared_experts or deployment.is_layout:
         return None
     key = (
         deployment.weight_dtype,

@@ -4,7 +4,7 @@ error of a run that would take too many steps."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -43,7 +43,8 @@ def kv_capacity_tokens(memory: MemoryPlan, block_tokens: int) -> int:
     if block_tokens < 1:
         raise SpecError("block_tokens", f"must be at least 1, got {block_tokens}")
     tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
-    return tokens // block_tokens * block_tokens
+    # Each attention data-parallel rank has a pool of its own: whole blocks in each.
+    return tokens // block_tokens * block_tokens * memory.kv_pools
 
 
 class UnchunkedPolicy(StrEnum):
@@ -64,6 +65,18 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     unchunked_policy: UnchunkedPolicy = UnchunkedPolicy.PREFILL_FIRST
     long_prefill_token_threshold: int = 0
+
+    def for_ranks(self, dp: int) -> SchedulerConfig:
+        """The replica's budgets when `dp` attention data-parallel ranks each schedule with
+        these (vLLM and SGLang run one scheduler per rank): one scheduler with dp times the
+        sequences and tokens, ranks kept in balance."""
+        if dp == 1:
+            return self
+        return replace(
+            self,
+            max_num_seqs=self.max_num_seqs * dp,
+            max_num_batched_tokens=self.max_num_batched_tokens * dp,
+        )
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
