@@ -102,13 +102,16 @@ def validate_layout(model: ModelSpec, deployment: Deployment) -> None:
     tp x dp GPUs split each expert's width; pp has a layer per stage."""
     validate_tp(model, deployment.tp)
     moe = model.moe
-    for name, value in (("dp", deployment.dp), ("ep", deployment.ep)):
-        if value > 1 and moe is None:
-            raise SpecError(
-                name,
-                f"{name} {value} needs a mixture-of-experts model: a dense model's data "
-                "parallelism is separate replicas (plan replicas instead)",
-            )
+    if deployment.dp > 1 and moe is None:
+        raise SpecError(
+            "dp",
+            f"dp {deployment.dp} needs a mixture-of-experts model: a dense model's data "
+            "parallelism is separate replicas (plan replicas instead)",
+        )
+    if deployment.ep > 1 and moe is None:
+        raise SpecError(
+            "ep", f"ep {deployment.ep} needs a mixture-of-experts model: this one has no experts"
+        )
     if moe is not None and deployment.ep > 1 and moe.num_experts % deployment.ep:
         raise SpecError(
             "ep", f"{moe.num_experts} experts cannot be spread evenly over {deployment.ep} GPUs"

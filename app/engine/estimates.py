@@ -94,13 +94,35 @@ def _add(a: StepCount, b: StepCount) -> StepCount:
 
 def deployment_warnings(cost: StepCostModel) -> list[str]:
     """What every estimate of this deployment says besides its figures: weights that do not
-    fit the GPU (`weight_fit_warnings`), KV heads replicated by tp."""
-    model, tp = cost.model, cost.deployment.tp
-    warnings = weight_fit_warnings(model, cost.gpu, cost.deployment)
-    if tp > model.num_kv_heads:
+    fit the GPU (`weight_fit_warnings`), KV heads or an MLA latent replicated by tp, groups of
+    GPUs that span link domains."""
+    model, deployment = cost.model, cost.deployment
+    tp = deployment.tp
+    warnings = weight_fit_warnings(model, cost.gpu, deployment)
+    if model.mla is not None and tp > 1:
+        warnings.append(
+            f"MLA: every one of the {tp} GPUs of the TP group caches the whole latent KV of "
+            "every sequence; attention data parallelism (dp, with ep for the experts) caches "
+            "each sequence once"
+        )
+    elif tp > model.num_kv_heads:
         warnings.append(
             f"tp {tp} exceeds the model's {model.num_kv_heads} KV heads: each KV head is "
             f"replicated {tp // model.num_kv_heads} times, multiplying KV-cache memory and reads"
+        )
+    domain = cost.gpu.interconnect.domain_size
+    if tp > domain:
+        warnings.append(
+            f"tp {tp} spans {-(-tp // domain)} link domains of {domain} GPUs: its all-reduces "
+            "run over the scale-out network, two per layer; keep tp within a domain and use pp "
+            "or ep across domains"
+        )
+    elif deployment.gpus > domain:
+        warnings.append(
+            f"the replica's {deployment.gpus} GPUs span {-(-deployment.gpus // domain)} link "
+            f"domains of {domain}: "
+            + ("the expert exchanges" if deployment.expert_shards > domain else "stage hand-offs")
+            + " cross the scale-out network"
         )
     return warnings
 

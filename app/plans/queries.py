@@ -53,5 +53,6 @@ class PlanQuery:
     max_plans: int = 3
     exhaustive: bool = False
     disaggregated: bool = False
+    layouts: bool = True
     engine: str | None = None
     """The serving engine whose profiles time each GPU (see `TargetQuery.engine`)."""

@@ -227,6 +227,14 @@ class PlanRequest(Input):
     disaggregated: bool = Field(
         default=False, description="Also size separate prefill and decode pools, and compare."
     )
+    layouts: bool = Field(
+        default=True,
+        description=(
+            "Also search attention data parallelism and expert parallelism (MoE models) and, "
+            "where the model does not fit one node at the widest tp, pipeline stages (and dp x "
+            "ep across nodes for MoE); false: tp only."
+        ),
+    )
     engine: str | None = Field(
         default=None,
         pattern=ENGINE_PATTERN,
@@ -271,6 +279,7 @@ class PlanRequest(Input):
             exhaustive=self.exhaustive,
             engine=self.engine,
             disaggregated=self.disaggregated,
+            layouts=self.layouts,
         )
 
 
@@ -297,10 +306,16 @@ class CandidateRead(BaseModel):
     """One candidate deployment and its verdict. Rates are per replica."""
 
     gpu: str = Field(description="Catalog GPU id.")
-    tp: int = Field(description="Tensor-parallel degree: GPUs per replica.")
+    tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline stages.")
+    dp: int = Field(description="Attention data-parallel ranks (each of tp GPUs).")
+    ep: int = Field(description="Expert-parallel degree (1: experts sliced by tensor).")
+    gpus_per_replica: int = Field(description="tp x dp x pp.")
     weight_dtype: str = Field(description="Weight format.")
     kv_dtype: str = Field(description="KV-cache format.")
-    max_num_seqs: int | None = Field(description="Scheduler's max_num_seqs (null: any).")
+    max_num_seqs: int | None = Field(
+        description="Scheduler's max_num_seqs, per data-parallel rank (null: any)."
+    )
     chunk_tokens: int | None = Field(
         description="Prefill chunk, max_num_batched_tokens (null: any)."
     )
@@ -310,7 +325,7 @@ class CandidateRead(BaseModel):
     )
     feasible: bool = Field(description="Whether this candidate carries the traffic (planned).")
     replicas: int | None = Field(description="Replicas for the traffic with headroom.")
-    gpus_total: int | None = Field(description="replicas x tp.")
+    gpus_total: int | None = Field(description="replicas x GPUs per replica.")
     price_per_gpu_hour_usd: float = Field(description="Price used for one GPU.")
     cost_per_hour_usd: float | None = Field(description="gpus_total x price.")
     cost_per_million_output_tokens_usd: float | None = Field(

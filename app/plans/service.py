@@ -196,6 +196,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
             max_plans=query.max_plans,
             exhaustive=query.exhaustive,
             disaggregated=query.disaggregated,
+            layouts=query.layouts,
         )
         traffic = _traffic(query, model)
     versions = {

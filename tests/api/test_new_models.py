@@ -18,6 +18,32 @@ CASES = [
 ]
 
 
+def _simulates(
+    client: TestClient,
+    target: dict[str, object],
+    requests: int,
+    *,
+    rate: float = 1.0,
+    prompt: int = 1000,
+    output: int = 100,
+) -> None:
+    """`requests` requests of `prompt` + `output` tokens at `rate` req/s all complete."""
+    simulated = client.post(
+        "/v1/simulations",
+        json=target
+        | {
+            "workload": {
+                "requests_per_s": rate,
+                "num_requests": requests,
+                "prompt_tokens": {"p50": prompt, "p90": prompt, "p99": prompt},
+                "output_tokens": {"p50": output, "p90": output, "p99": output},
+            }
+        },
+    )
+    assert simulated.status_code == 200, simulated.text
+    assert simulated.json()["completed_requests"] == requests
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "kv_bytes"), CASES)
 def test_new_models_are_estimated_and_simulated(
     client: TestClient, model: str, gpu: str, tp: int, kv_bytes: int
@@ -37,20 +63,7 @@ def test_new_models_are_estimated_and_simulated(
     ).json()
     assert ceiling["kv_bytes_per_token"] == kv_bytes
     assert ceiling["batch_ceiling"] >= 1
-    simulated = client.post(
-        "/v1/simulations",
-        json=target
-        | {
-            "workload": {
-                "requests_per_s": 1.0,
-                "num_requests": 50,
-                "prompt_tokens": {"p50": 1000, "p90": 1000, "p99": 1000},
-                "output_tokens": {"p50": 100, "p90": 100, "p99": 100},
-            }
-        },
-    )
-    assert simulated.status_code == 200, simulated.text
-    assert simulated.json()["completed_requests"] == 50
+    _simulates(client, target, 50)
 
 
 def test_qwen3_235b_counts_its_active_parameters(client: TestClient) -> None:
@@ -94,17 +107,41 @@ def test_new_architectures_are_estimated_and_simulated(
     assert ceiling.status_code == 200, ceiling.text
     assert ceiling.json()["kv_bytes_per_token"] == kv_bytes
     assert ceiling.json()["batch_ceiling"] >= 1
-    simulated = client.post(
-        "/v1/simulations",
-        json=target
-        | {
-            "workload": {
-                "requests_per_s": 1.0,
-                "num_requests": 40,
-                "prompt_tokens": {"p50": 1000, "p90": 1000, "p99": 1000},
-                "output_tokens": {"p50": 100, "p90": 100, "p99": 100},
-            }
+    _simulates(client, target, 40)
+
+
+def test_layouts_are_estimated_and_echoed(client: TestClient) -> None:
+    """DeepSeek-R1 FP8 on one H200 board as dp 8 x ep 8: 8 GPUs a replica, each caching only
+    its own sequences' latents (the batch ceiling counts all 8 pools)."""
+    target = {
+        "model": "deepseek-r1",
+        "gpu": "h200-sxm-141gb",
+        "weight_dtype": "fp8-block",
+        "dp": 8,
+        "ep": 8,
+    }
+    decode = client.post(
+        "/v1/estimates/decode", json=target | {"batch_size": 256, "context_tokens": 4000}
+    )
+    assert decode.status_code == 200, decode.text
+    echo = decode.json()["target"]
+    assert (echo["tp"], echo["dp"], echo["ep"], echo["gpus_per_replica"]) == (1, 8, 8, 8)
+    _simulates(client, target, 40, rate=2.0, prompt=3200, output=200)
+
+
+def test_a_layout_the_engines_do_not_run_is_a_422_naming_the_field(client: TestClient) -> None:
+    response = client.post(
+        "/v1/estimates/decode",
+        json={
+            "model": "llama-3.3-70b",
+            "gpu": "h100-sxm5-80gb",
+            "tp": 4,
+            "dp": 2,
+            "batch_size": 8,
+            "context_tokens": 1000,
         },
     )
-    assert simulated.status_code == 200, simulated.text
-    assert simulated.json()["completed_requests"] == 40
+    assert response.status_code == 422
+    problem = response.json()
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert any(e["field"] == "dp" and "replicas" in e["message"] for e in problem["errors"])

@@ -84,7 +84,7 @@ def plan_disaggregated(
     budget: StepBudget | None = None,
 ) -> DisaggregatedOutcome:
     """Size both pools for `demand_rps` (traffic with headroom); see the module docstring."""
-    per_replica_usd = deployment.tp * offer.price_per_gpu_hour_usd
+    per_replica_usd = deployment.gpus * offer.price_per_gpu_hour_usd
     # Prefill pool.
     prompts = sample.prompt_only()
     capacity = capacity_bound(
@@ -126,7 +126,7 @@ def plan_disaggregated(
 
     gpus = cost = per_million = None
     if prefill is not None and decode is not None:
-        gpus = (prefill + decode) * deployment.tp
+        gpus = (prefill + decode) * deployment.gpus
         cost = (prefill + decode) * per_replica_usd
         per_million = usd_per_million_output_tokens(cost, traffic_rps, sample.mean_output_tokens)
     if cost is None:

@@ -183,6 +183,9 @@ class PlanOptions:
     exhaustive: bool = False
     max_simulated_steps: int = DEFAULT_MAX_SIMULATED_STEPS
     disaggregated: bool = False
+    layouts: bool = True
+    """Search attention data parallelism and expert parallelism (MoE models), and pipeline
+    stages where the model does not fit a node, beside the tp candidates."""
     timer_factory: TimerFactory = field(default=step_cost_timer, compare=False)
 
     def __post_init__(self) -> None:

@@ -162,7 +162,7 @@ class _Found:
     @property
     def cost(self) -> float:
         c = self.candidate
-        return self.replicas * c.deployment.tp * c.offer.price_per_gpu_hour_usd
+        return self.replicas * c.deployment.gpus * c.offer.price_per_gpu_hour_usd
 
 
 PROBES_PER_PLANNED_CANDIDATE = 5
@@ -188,7 +188,7 @@ def _check_budget(
     for candidate in planned:
         trace = sample.trace(demand / candidate.k_min)
         needed += PROBES_PER_PLANNED_CANDIDATE * expected_steps(
-            trace, candidate.timer, candidate.scheduler
+            trace, candidate.timer, candidate.replica_scheduler
         )
     if needed > options.max_simulated_steps:
         raise StepBudget(options.max_simulated_steps).exhausted(
@@ -260,7 +260,7 @@ def plan_capacity(
             best.candidate.timer,
             best.candidate.deployment,
             best.candidate.offer,
-            best.candidate.scheduler,
+            best.candidate.replica_scheduler,
             kv_capacity_tokens=best.candidate.kv_capacity_tokens,
             block_tokens=options.block_tokens,
             slo=slo,
@@ -304,7 +304,7 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
             )
         )
         return
-    per_replica = candidate.deployment.tp * candidate.offer.price_per_gpu_hour_usd
+    per_replica = candidate.deployment.gpus * candidate.offer.price_per_gpu_hour_usd
     k_limit = max(candidate.k_min, math.ceil(demand / (candidate.capacity_rps * LOW_LOAD_FRACTION)))
     # k_min costs less than the threshold (not pruned above), so k_cap >= k_min.
     k_cap = max(candidate.k_min, min(k_limit, _replicas_below(threshold, per_replica)))
@@ -313,7 +313,7 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
         candidate.timer,
         kv_capacity_tokens=candidate.kv_capacity_tokens,
         block_tokens=options.block_tokens,
-        scheduler=candidate.scheduler,
+        scheduler=candidate.replica_scheduler,
         slo=context.slo,
         budget=context.budget,
     )
@@ -407,7 +407,7 @@ def _size(context: _Context, outcomes: _Outcomes) -> list[CandidatePlan]:
             replace(
                 c.result(CandidateStatus.PLANNED, []),
                 replicas=item.replicas,
-                gpus_total=item.replicas * c.deployment.tp,
+                gpus_total=item.replicas * c.deployment.gpus,
                 cost_per_hour_usd=item.cost,
                 cost_per_million_output_tokens_usd=usd_per_million_output_tokens(
                     item.cost, traffic.requests_per_s, context.sample.mean_output_tokens

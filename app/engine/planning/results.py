@@ -75,13 +75,16 @@ class CandidatePlan:
     price_per_gpu_hour_usd: float
     reasons: tuple[str, ...]
     kv_head_replication: float = 1.0
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
     kv_capacity_tokens: int | None = None
     analytic_max_requests_per_s_per_replica: float | None = None
     """`capacity_bound`: no simulation sustains more."""
     cost_lower_bound_per_hour_usd: float | None = None
-    """k_min * tp * price; for a pruned candidate the best bound known when it was dropped
-    (its cost, or the cost of one replica more than it was searched to), never below the cost of
-    the `max_plans`-th plan returned."""
+    """k_min * GPUs per replica * price; for a pruned candidate the best bound known when it
+    was dropped (its cost, or the cost of one replica more than it was searched to), never below
+    the cost of the `max_plans`-th plan returned."""
     replicas: int | None = None
     gpus_total: int | None = None
     cost_per_hour_usd: float | None = None
@@ -99,6 +102,10 @@ class CandidatePlan:
     @property
     def feasible(self) -> bool:
         return self.status is CandidateStatus.PLANNED
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.dp * self.pp
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
-from app.engine.counting import validate_tp
-from app.engine.memory import memory_plan
+from app.engine.counting import validate_layout
+from app.engine.memory import memory_plan, weight_bytes_per_gpu
 from app.engine.planning.analysis import (
     LoadStats,
     capacity_bound,
@@ -59,10 +59,18 @@ class Candidate:
     k_min: int
     cost_bound: float
 
+    @property
+    def replica_scheduler(self) -> SchedulerConfig:
+        """What the simulator runs: every attention data-parallel rank's budget."""
+        return self.scheduler.for_ranks(self.deployment.dp)
+
     def result(self, status: CandidateStatus, reasons: Sequence[str]) -> CandidatePlan:
         return CandidatePlan(
             gpu=self.offer.id,
             tp=self.deployment.tp,
+            pp=self.deployment.pp,
+            dp=self.deployment.dp,
+            ep=self.deployment.ep,
             weight_dtype=self.deployment.weight_dtype,
             kv_dtype=self.deployment.kv_dtype,
             max_num_seqs=self.scheduler.max_num_seqs,
@@ -114,6 +122,9 @@ def _infeasible(
     return CandidatePlan(
         gpu=offer.id,
         tp=deployment.tp,
+        pp=deployment.pp,
+        dp=deployment.dp,
+        ep=deployment.ep,
         weight_dtype=deployment.weight_dtype,
         kv_dtype=deployment.kv_dtype,
         max_num_seqs=scheduler.max_num_seqs if scheduler else None,
@@ -171,7 +182,7 @@ def _timer(
     if deployment.tp > options.gpus_per_node:
         return f"tp {deployment.tp} exceeds the {options.gpus_per_node} GPUs of a node"
     try:
-        validate_tp(model, deployment.tp)  # whatever the timer checks
+        validate_layout(model, deployment)  # whatever the timer checks
         if offer.profile is not None and options.timer_factory is step_cost_timer:
             return ProfiledStepCost(model, offer.gpu, deployment, offer.profile)
         return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
@@ -247,26 +258,29 @@ def screen(
     infeasible: list[CandidatePlan] = []
     schedulers = _schedulers(options)
     deployments = [
-        (offer, Deployment(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype))
+        (offer, layout)
         for offer in offers
-        for tp in options.tp_candidates
         for weight_dtype, kv_dtype in options.dtype_pairs
+        for layout in layouts(
+            model, offer, Deployment(weight_dtype=weight_dtype, kv_dtype=kv_dtype), options
+        )
     ]
     count = len(deployments) * len(schedulers)
     if count > MAX_CANDIDATES:
         raise SpecError(
             "candidates",
-            f"{len(offers)} GPU(s) x {len(options.tp_candidates)} tp x "
-            f"{len(options.dtype_pairs)} format pair(s) x {len(schedulers)} scheduler setting(s) "
-            f"= {count} candidates, over the {MAX_CANDIDATES} a plan may screen",
+            f"{len(offers)} GPU(s) x {len(options.tp_candidates)} tp (and their dp, ep, pp "
+            f"layouts) x {len(options.dtype_pairs)} format pair(s) x {len(schedulers)} "
+            f"scheduler setting(s) = {count} candidates, over the {MAX_CANDIDATES} a plan may "
+            "screen",
         )
     for offer, deployment in deployments:
-        replication = max(1.0, deployment.tp / model.num_kv_heads)
+        replication = 1.0 if model.mla else max(1.0, deployment.tp / model.num_kv_heads)
         timer = _timer(model, offer, deployment, options)
         if isinstance(timer, str):
             infeasible.append(_infeasible(offer, deployment, timer, replication=replication))
             continue
-        reasons = []
+        reasons = layout_reasons(model, deployment)
         if replication > 1:
             reasons.append(
                 f"KV heads replicated: tp {deployment.tp} exceeds the model's "
@@ -285,20 +299,22 @@ def screen(
                     )
                 )
                 continue
+            ranks = scheduler.for_ranks(deployment.dp)
             capacity = capacity_bound(
                 timer,
                 stats,
-                chunk_tokens=chunk,
-                max_num_seqs=scheduler.max_num_seqs,
+                chunk_tokens=ranks.max_num_batched_tokens,
+                max_num_seqs=ranks.max_num_seqs,
                 kv_capacity_tokens=kv_tokens,
             )
             caveats = [caveat] if caveat else []
             held = kv_tokens / max(stats.mean_decode_context, 1.0)
-            if held < scheduler.max_num_seqs:
+            if held < ranks.max_num_seqs:
+                per_rank = f" per rank x {deployment.dp}" if deployment.dp > 1 else ""
                 caveats.append(
                     f"KV-limited batch: the cache holds about {held:.0f} sequences at the mean "
                     f"decode context of {stats.mean_decode_context:.0f} tokens, fewer than "
-                    f"max_num_seqs {scheduler.max_num_seqs}"
+                    f"max_num_seqs {scheduler.max_num_seqs}{per_rank}"
                 )
             k_min = max(1, math.ceil(demand / capacity))
             live.append(
@@ -313,7 +329,96 @@ def screen(
                     reasons=[*reasons, *caveats],
                     capacity_rps=capacity,
                     k_min=k_min,
-                    cost_bound=k_min * deployment.tp * offer.price_per_gpu_hour_usd,
+                    cost_bound=k_min * deployment.gpus * offer.price_per_gpu_hour_usd,
                 )
             )
     return live, infeasible
+
+
+def layouts(
+    model: ModelSpec, offer: GpuOffer, formats: Deployment, options: PlanOptions
+) -> list[Deployment]:
+    """The layouts a plan screens for one GPU and pair of formats.
+
+    Every tp candidate; with `options.layouts`, for an MoE model also attention data
+    parallelism (dp x tp within a node), experts sliced or expert-parallel, and, when the model
+    does not fit one node at the widest tp, pipeline stages of that tp (and, for an MoE model,
+    dp x ep across nodes). Pruned on what needs no timing: only layouts whose weights fit
+    (`weight_bytes_per_gpu`) go beyond plain tp."""
+    found = [replace(formats, tp=tp) for tp in options.tp_candidates]
+    if not options.layouts:
+        return found
+    usable = options.gpu_memory_utilization * offer.gpu.memory_bytes
+
+    def fits(layout: Deployment) -> bool:
+        try:
+            validate_layout(model, layout)
+            return weight_bytes_per_gpu(model, layout) < usable
+        except SpecError:
+            return False
+
+    node = options.gpus_per_node
+    if model.moe is not None:
+        found += [layout for layout in _moe_layouts(formats, options) if fits(layout)]
+    widest = max((tp for tp in options.tp_candidates if tp <= node), default=1)
+    if not fits(replace(formats, tp=widest)):
+        for pp in (2, 4):
+            layout = replace(formats, tp=widest, pp=pp)
+            if fits(layout):
+                found.append(layout)
+                break
+        if model.moe is not None:
+            for nodes in (2, 4):
+                layout = replace(formats, tp=1, dp=node * nodes, ep=node * nodes)
+                if fits(layout):
+                    found.append(layout)
+                    break
+    return found
+
+
+def _moe_layouts(formats: Deployment, options: PlanOptions) -> list[Deployment]:
+    """dp x tp within a node with experts sliced or expert-parallel, and tp with ep."""
+    found = []
+    for tp in options.tp_candidates:
+        dp = 2
+        while tp * dp <= options.gpus_per_node:
+            found += [replace(formats, tp=tp, dp=dp, ep=ep) for ep in (1, tp * dp)]
+            dp *= 2
+        if 1 < tp <= options.gpus_per_node:
+            found.append(replace(formats, tp=tp, ep=tp))
+    return found
+
+
+def layout_reasons(model: ModelSpec, deployment: Deployment) -> list[str]:
+    """What a layout beyond plain tp does, said once per candidate."""
+    reasons = []
+    if deployment.dp > 1:
+        cache = (
+            "caches only its own sequences' latents (MLA's latent does not split by tp)"
+            if model.mla is not None
+            else "caches only its own sequences"
+        )
+        reasons.append(
+            f"attention data-parallel: {deployment.dp} ranks of tp {deployment.tp}, each "
+            f"{cache}; the replica has {deployment.dp} KV pools"
+        )
+    if deployment.ep > 1:
+        moe = model.moe
+        per_gpu = moe.num_experts // deployment.ep if moe is not None else 0
+        reasons.append(
+            f"expert-parallel: {per_gpu} whole experts per GPU over ep {deployment.ep}, tokens "
+            "exchanged all-to-all each MoE layer; the busiest GPU sets the pace (imbalance "
+            f"{deployment.imbalance:g})"
+        )
+    elif deployment.expert_shards > deployment.tp:
+        reasons.append(
+            f"experts sliced over all tp x dp = {deployment.expert_shards} GPUs, an all-reduce "
+            "across them each MoE layer"
+        )
+    if deployment.pp > 1:
+        reasons.append(
+            f"pipeline: {deployment.pp} stages of tp {deployment.tp} ({deployment.gpus} GPUs), "
+            "the model does not fit one node at this tp; micro-batch overlap is not credited, "
+            "so its throughput is a lower bound"
+        )
+    return reasons
