@@ -104,3 +104,36 @@ def test_a_model_larger_than_a_node_is_planned_over_pipeline_stages(client: Test
     assert (best["tp"], best["pp"], best["gpus_per_replica"]) == (8, 2, 16)
     assert any("pipeline: 2 stages" in reason for reason in best["reasons"])
     assert best["gpus_total"] == best["replicas"] * 16
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "weights"),
+    [
+        ("kimi-k2", "b200-sxm-180gb", "fp8-block"),
+        ("gpt-oss-120b", "h100-sxm5-80gb", "mxfp4"),
+        ("gpt-oss-20b", "mi355x-288gb", "mxfp4"),
+        ("llama-4-scout", "h200-sxm-141gb", "bf16"),
+        ("llama-4-maverick", "gb300-288gb", "bf16"),
+    ],
+)
+def test_every_new_architecture_is_planned(
+    client: TestClient, model: str, gpu: str, weights: str
+) -> None:
+    body = PLAN | {
+        "model": model,
+        "gpus": [gpu],
+        "weight_dtypes": [weights],
+        "traffic": {
+            "requests_per_s": 1,
+            "prompt_tokens": {"p50": 2000, "p90": 2000, "p99": 2000},
+            "output_tokens": {"p50": 200, "p90": 200, "p99": 200},
+        },
+        "slo": {"ttft_p99_ms": 5000, "tpot_p99_ms": 100},
+        # GB300 and MI355X have no published hourly price: a plan asks for one.
+        "price_overrides": {gpu: 5.0},
+    }
+    response = client.post("/v1/plans", json=body, headers=AUTH)
+    assert response.status_code == 201, response.text
+    best = response.json()["plans"][0]
+    assert best["feasible"]
+    assert best["gpus_total"] == best["replicas"] * best["gpus_per_replica"]

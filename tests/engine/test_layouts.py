@@ -164,3 +164,17 @@ def test_tp_across_link_domains_is_flagged() -> None:
     )
     mla = deployment_warnings(StepCostModel(DEEPSEEK, H200, replace(FP8, tp=8)))
     assert any("latent" in w and "dp" in w for w in mla)
+
+
+def test_an_nvl72_rack_keeps_wide_expert_parallelism_on_nvlink() -> None:
+    """ep 16 over GB300s stays within the 72-GPU NVLink domain (900 GB/s one way); over HGX
+    H200s it crosses boards at the NIC's 50 GB/s: 18x the exchange time per token."""
+    nvl72 = replace(
+        H200,
+        interconnect=InterconnectSpec("nvlink5", 1800e9, latency_s=1e-6, domain_size=72),
+    )
+    wide = replace(FP8, dp=16, ep=16)
+    c = op_coefficients(DEEPSEEK, wide, DType.BF16)
+    rack, _, _ = layout_communication(DEEPSEEK, nvl72, wide, IDEAL_EFFICIENCY, c)
+    board, _, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c)
+    assert board / rack == pytest.approx(900e9 / 50e9)
