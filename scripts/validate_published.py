@@ -61,7 +61,15 @@ def _profile(profile_id: str) -> Profile:
 def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]:
     gpu, model = _gpu(point["gpu"]), _model(point["model"])
     weight = DType(point["weight_dtype"])
-    deployment = Deployment(tp=point["tp"], weight_dtype=weight, kv_dtype=DType.BF16)
+    experts = point.get("expert_dtype")
+    deployment = Deployment(
+        tp=point["tp"],
+        weight_dtype=weight,
+        kv_dtype=DType.BF16,
+        dp=point.get("dp") or 1,
+        ep=point.get("ep") or 1,
+        expert_dtype=None if experts is None else DType(experts),
+    )
     if use_profile:
         refs = tuple(r for r in bundled_refs() if r.gpu == gpu.id)
         # As the service chooses: the run's engine's profile; the roofline when the GPU has
@@ -73,10 +81,17 @@ def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]
     return StepCostModel(model, gpu, deployment, gpu.efficiency), "roofline"
 
 
-def compare(use_profile: bool) -> list[Comparison]:
-    """Every comparable figure of the published set."""
+GROUPS = ("dense-and-mixtral", "new-architectures")
+"""The published set's groups: what the profiles were checked on when they landed, and the
+architectures added after (MLA, wide MoE, MXFP4 experts), reported apart."""
+
+
+def compare(use_profile: bool, group: str | None = None) -> list[Comparison]:
+    """Every comparable figure of the published set (of one `group`, if given)."""
     found = []
     for point in json.loads(PUBLISHED.read_text())["static"]:
+        if group is not None and point["group"] != group:
+            continue
         try:
             cost, basis = _cost(point, use_profile)
             batch, prompt, output = (
@@ -119,14 +134,20 @@ def main() -> None:
     parser.add_argument("--points", action="store_true", help="print every comparison")
     args = parser.parse_args()
     results = {"roofline": compare(False), "profile": compare(True)}
-    print(
-        f"{'metric':<10} {'n':>3} {'roofline MAE':>13} {'bias':>7} {'profile MAE':>12} {'bias':>7}"
-    )
-    before, after = summary(results["roofline"]), summary(results["profile"])
-    for metric in sorted(before):
-        n, mae0, bias0 = before[metric]
-        _, mae1, bias1 = after[metric]
-        print(f"{metric:<10} {n:>3} {mae0:>12.1f}% {bias0:>+6.1f}% {mae1:>11.1f}% {bias1:>+6.1f}%")
+    for group in (None, *GROUPS):
+        print(f"\n{group or 'every point'}")
+        print(
+            f"{'metric':<10} {'n':>3} {'roofline MAE':>13} {'bias':>7} {'profile MAE':>12} "
+            f"{'bias':>7}"
+        )
+        before = summary(compare(False, group))
+        after = summary(compare(True, group))
+        for metric in sorted(before):
+            n, mae0, bias0 = before[metric]
+            _, mae1, bias1 = after[metric]
+            print(
+                f"{metric:<10} {n:>3} {mae0:>12.1f}% {bias0:>+6.1f}% {mae1:>11.1f}% {bias1:>+6.1f}%"
+            )
     if args.points:
         for old, new in zip(results["roofline"], results["profile"], strict=True):
             print(

@@ -9,13 +9,14 @@ from app.catalog.schemas import (
     EfficiencyFractions,
     GpuHardware,
     InterconnectFields,
+    MlaFields,
     ModelArchitecture,
     MoeFields,
     PeakFlops,
 )
 from app.engine.dtypes import BLOCK_SCALED_DTYPES, STORAGE_DTYPES, DType
 from app.engine.planning import CandidatePlan, DisaggregatedPlan, PredictedLatency
-from app.engine.specs import Efficiency, GpuSpec, InterconnectSpec, ModelSpec, MoeSpec
+from app.engine.specs import Efficiency, GpuSpec, InterconnectSpec, MlaSpec, ModelSpec, MoeSpec
 from app.formats.run_document import RunModelSpec
 from app.formats.specs import spec_fields
 from app.plans.schemas import CandidateRead, DisaggregatedRead, PredictedRead
@@ -29,7 +30,10 @@ def _names(spec: type) -> set[str]:
 def test_model_schemas_are_the_spec() -> None:
     assert set(ModelArchitecture.model_fields) == set(spec_fields(ModelSpec)) - {"id"}
     assert set(MoeFields.model_fields) == set(spec_fields(MoeSpec))
-    assert set(RunModelSpec.model_fields) == set(spec_fields(ModelSpec)) - {"checkpoint_dtype"}
+    assert set(MlaFields.model_fields) == set(spec_fields(MlaSpec))
+    # A run records what ran, not how the weights were published.
+    published = {"checkpoint_dtype", "expert_checkpoint_dtype"}
+    assert set(RunModelSpec.model_fields) == set(spec_fields(ModelSpec)) - published
 
 
 def test_gpu_schemas_cover_the_gpu_spec() -> None:

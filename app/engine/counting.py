@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType
-from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError, expert_dtype_for
 from app.engine.step_load import StepLoad
 
 __all__ = [
@@ -333,13 +333,14 @@ def op_coefficients(
 
     shards = deployment.expert_shards
     if moe is not None:
+        expert_b = BYTES_PER_ELEMENT[expert_dtype_for(model, deployment)]
         expert_width = moe.expert_intermediate_size / shards
         shared_width = moe.num_shared_experts * moe.shared_width / shards
         routed_per_token = moe.experts_per_token * matrices * d * expert_width
         shared_per_token = matrices * d * shared_width
         expert_flops = 2.0 * (routed_per_token + shared_per_token) * moe_layers
-        routed_expert_bytes = matrices * d * expert_width * weight_b * moe_layers
-        shared_bytes = matrices * d * shared_width * weight_b * moe_layers
+        routed_expert_bytes = matrices * d * expert_width * expert_b * moe_layers
+        shared_bytes = matrices * d * shared_width * expert_b * moe_layers
         expert_activation = (
             (
                 (moe.experts_per_token + moe.num_shared_experts) * 2 * d

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from app.engine.counting import OpCount, StepCount, kv_slots, op_coefficients, pairs_for_chunk
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, memory_plan, weight_fit_warnings
@@ -134,7 +134,7 @@ def crossover_tokens(cost: StepCostModel, *, causal: bool = True) -> int:
     # The model's own ratio (tp 1): replicated KV projections beyond tp > K are not the model's.
     c = cost.coefficients
     if c.tp != 1:
-        c = op_coefficients(cost.model, replace(cost.deployment, tp=1), cost.attention_dtype)
+        c = op_coefficients(cost.model, cost.deployment.single_gpu(), cost.attention_dtype)
     ratio = c.linear_flops_per_token / c.attention_flops_per_pair
     return round(2.0 * ratio - 1.0 if causal else ratio)
 

@@ -11,7 +11,7 @@ heads: each GPU then holds whole (replicated) KV heads. The KV cache per token i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from app.engine.counting import (
     LOGIT_BYTES,
@@ -25,7 +25,7 @@ from app.engine.counting import (
 )
 from app.engine.dtypes import BYTES_PER_ELEMENT
 from app.engine.params import ParamCount, count_params
-from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
+from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError, expert_dtype_for
 
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
@@ -71,15 +71,17 @@ def _weight_bytes(model: ModelSpec, deployment: Deployment, params: ParamCount) 
     kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
     # Attention and dense FFNs split by tp (replicated across dp ranks); the experts spread
     # over the tp x dp GPUs of a stage, by slices or, under ep, whole.
-    sharded = (params.attention_qo + params.dense_ffn) / tp + params.experts / (
-        deployment.expert_shards
-    )
+    expert_b = BYTES_PER_ELEMENT[expert_dtype_for(model, deployment)]
+    sharded = (params.attention_qo + params.dense_ffn) / tp
+    experts = params.experts / deployment.expert_shards * expert_b
     # MLA: q_a and kv_a (d -> the bottlenecks) are replicated on every GPU (vLLM's
     # ReplicatedLinear); the rest of attention splits by heads.
     replicated = mla_replicated_params(model) * (1.0 - 1.0 / tp)
-    layers = (sharded + params.attention_kv * kv_share + replicated) * weight_b + (
-        params.router / tp + params.norms
-    ) * act_b
+    layers = (
+        (sharded + params.attention_kv * kv_share + replicated) * weight_b
+        + experts
+        + (params.router / tp + params.norms) * act_b
+    )
     if deployment.pp == 1:
         return layers + (params.embedding + params.lm_head) / tp * act_b
     # The largest stage's layers, and the embedding (first stage) or the head (last).
@@ -203,7 +205,7 @@ def weight_fit_warnings(
     advice = "no tp up to 128 holds them"
     for tp in (2**k for k in range(1, 8)):
         if tp > deployment.tp and _splits(model, tp):
-            left = usable - _weight_bytes(model, replace(deployment, tp=tp), params)
+            left = usable - _weight_bytes(model, deployment.with_tp(tp), params)
             if left > 0:
                 advice = f"tp {tp} holds them with {left / 1e9:.1f} GB per GPU left for the rest"
                 break

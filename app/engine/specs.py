@@ -13,7 +13,7 @@ here (and, where `config.json` has it, in the Hugging Face mapping).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ __all__ = [
     "MoeSpec",
     "SpecError",
     "WindowKind",
+    "expert_dtype_for",
     "positive",
     "rebuilt_exception",
     "spec_field",
@@ -282,6 +283,11 @@ class ModelSpec:
         "weights of a bf16 checkpoint are a quantisation, a change in quality.",
         default=DType.BF16,
     )
+    expert_checkpoint_dtype: DType | None = spec_field(
+        "The format the published expert weights are in when it is not `checkpoint_dtype` "
+        "(gpt-oss: mxfp4 experts, bf16 attention); null: the same.",
+        default=None,
+    )
     id: str = "inline"
 
     def __post_init__(self) -> None:
@@ -490,6 +496,9 @@ class Deployment:
     dp: int = 1
     ep: int = 1
     expert_imbalance: float | None = None
+    expert_dtype: DType | None = None
+    """The MoE experts' format; None: the checkpoint's expert format when the weights are
+    served as published, else `weight_dtype` (`expert_dtype_for`)."""
 
     def __post_init__(self) -> None:
         positive("tp", self.tp)
@@ -507,12 +516,22 @@ class Deployment:
             raise SpecError(
                 "expert_imbalance", f"must be between 1 and 8, got {self.expert_imbalance}"
             )
+        if self.expert_dtype is not None and self.expert_dtype in (DType.FP32, DType.TF32):
+            raise SpecError("expert_dtype", f"{self.expert_dtype} is not a storage format")
         if self.kv_dtype in BLOCK_SCALED_DTYPES:
             raise SpecError(
                 "kv_dtype",
                 f"{self.kv_dtype} is a block-scaled weight format, not a KV-cache format "
                 "(use bf16, fp16 or fp8)",
             )
+
+    def with_tp(self, tp: int) -> Deployment:
+        """This layout at another tp, expert parallelism (if any) kept over all tp x dp."""
+        return replace(self, tp=tp, ep=tp * self.dp if self.ep > 1 else 1)
+
+    def single_gpu(self) -> Deployment:
+        """The formats of this deployment on one GPU (no tp, dp, ep or pp)."""
+        return replace(self, tp=1, dp=1, ep=1, pp=1)
 
     @property
     def gpus(self) -> int:
@@ -535,6 +554,20 @@ class Deployment:
     def is_layout(self) -> bool:
         """More than tensor parallelism: dp, pp or ep above 1."""
         return self.dp > 1 or self.pp > 1 or self.ep > 1
+
+
+def expert_dtype_for(model: ModelSpec, deployment: Deployment) -> DType:
+    """The format the experts are stored in: the deployment's `expert_dtype` if given; the
+    checkpoint's expert format when the rest is served as published (gpt-oss's MXFP4 experts
+    beside bf16 attention); else the deployment's `weight_dtype`."""
+    if deployment.expert_dtype is not None:
+        return deployment.expert_dtype
+    if (
+        model.expert_checkpoint_dtype is not None
+        and deployment.weight_dtype is model.checkpoint_dtype
+    ):
+        return model.expert_checkpoint_dtype
+    return deployment.weight_dtype
 
 
 def within_context(model: ModelSpec, name: str, tokens: int) -> None:

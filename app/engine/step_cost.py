@@ -42,6 +42,7 @@ from app.engine.specs import (
     GpuSpec,
     ModelSpec,
     SpecError,
+    expert_dtype_for,
 )
 from app.engine.step_load import StepLoad
 from app.engine.timing import Bound, OpTime, StepTime, allreduce_seconds
@@ -125,6 +126,7 @@ class StepCostModel:
         "coefficients",
         "deployment",
         "efficiency",
+        "expert_dtype",
         "gemm_dtype",
         "gpu",
         "model",
@@ -182,8 +184,12 @@ class StepCostModel:
             c.router_weight_bytes / bandwidth,
             c.router_activation_bytes_per_token / bandwidth,
         )
+        self.expert_dtype: DType = compute_dtype_for(
+            expert_dtype_for(model, deployment), gpu.peak_flops_per_s
+        )
+        expert_rate = gpu.peak(self.expert_dtype) * efficiency.gemm
         self._exp_c, self._exp_w, self._exp_shared, self._exp_a = (
-            c.expert_flops_per_token / gemm_rate,
+            c.expert_flops_per_token / expert_rate,
             c.routed_expert_weight_bytes / bandwidth,
             c.shared_expert_weight_bytes / bandwidth,
             c.expert_activation_bytes_per_token / bandwidth,

@@ -216,7 +216,7 @@ def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Estimated[ChunkRecomm
 def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Estimated[TpFeasibility]:
     """Each of `query.candidates` assessed; the target's own `tp` plays no part (it is resolved
     at tp 1, so a tp the heads cannot take is no 422 here)."""
-    at_tp_1 = replace(query.target, deployment=replace(query.target.deployment, tp=1))
+    at_tp_1 = replace(query.target, deployment=query.target.deployment.single_gpu())
     target = resolve_target(cache, at_tp_1)
     with spec_errors():
         result = assess_tp(

@@ -183,7 +183,7 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
         "window_kind": window_kind,
         "attention_sinks": arch.moe_keys == "gpt_oss",
         "mtp_layers": _non_negative_int(config, "num_nextn_predict_layers", default=0),
-        "checkpoint_dtype": _checkpoint_dtype(outer),
+        **_checkpoint_formats(outer),
     }
     try:
         spec = build_spec(ModelSpec, values)
@@ -212,6 +212,7 @@ MAPPED_FIELDS = (
     "attention_sinks",
     "mtp_layers",
     "checkpoint_dtype",
+    "expert_checkpoint_dtype",
 )
 """The `ModelSpec` fields `parse_hf_config` sets."""
 
@@ -240,6 +241,24 @@ def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
     return _TORCH_DTYPES.get(str(declared).lower(), "bf16")
 
 
+def _checkpoint_formats(config: Mapping[str, Any]) -> dict[str, str | None]:
+    """`checkpoint_dtype` and `expert_checkpoint_dtype`: a quantisation that leaves attention
+    unconverted (`modules_to_not_convert` naming `self_attn`, as gpt-oss's MXFP4 does) applies
+    to the experts only, and the rest is in `torch_dtype`."""
+    quantised = _checkpoint_dtype(config)
+    quantization = config.get("quantization_config")
+    skipped = (
+        quantization.get("modules_to_not_convert") if isinstance(quantization, Mapping) else None
+    )
+    if isinstance(skipped, list) and any("self_attn" in str(name) for name in skipped):
+        declared = config.get("torch_dtype", config.get("dtype"))
+        return {
+            "checkpoint_dtype": _TORCH_DTYPES.get(str(declared).lower(), "bf16"),
+            "expert_checkpoint_dtype": quantised,
+        }
+    return {"checkpoint_dtype": quantised, "expert_checkpoint_dtype": None}
+
+
 def _unmodelled(config: Mapping[str, Any], arch: _Architecture) -> tuple[str, ...]:
     """Notes on what the config declares that Ridgeline does not model (and what that means)."""
     notes = []
@@ -251,13 +270,6 @@ def _unmodelled(config: Mapping[str, Any], arch: _Architecture) -> tuple[str, ..
         notes.append(
             "the vision encoder is not counted: parameters, memory and work are the language "
             "model's (text prompts)"
-        )
-    quantization = config.get("quantization_config")
-    if isinstance(quantization, Mapping) and quantization.get("modules_to_not_convert"):
-        notes.append(
-            "the checkpoint keeps some modules unquantised (modules_to_not_convert); Ridgeline "
-            "stores every decoder linear layer in the weight format, so attention weights are "
-            "counted smaller than published"
         )
     return tuple(notes)
 

@@ -82,6 +82,14 @@ class DeploymentFields(Input):
         description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
     )
     kv_dtype: Format = Field(default=BF16_FORMAT, description="KV-cache format.")
+    expert_dtype: Format | None = Field(
+        default=None,
+        description=(
+            "MoE experts' format; default: the checkpoint's expert format when `weight_dtype` "
+            "is the checkpoint's (gpt-oss: mxfp4 experts beside bf16 attention), else "
+            "`weight_dtype`."
+        ),
+    )
 
     def deployment(self) -> Deployment:
         """The engine's deployment; 422 naming the field when it is impossible."""
@@ -94,6 +102,7 @@ class DeploymentFields(Input):
                 dp=self.dp,
                 ep=self.ep,
                 expert_imbalance=self.expert_imbalance,
+                expert_dtype=None if self.expert_dtype is None else DType(self.expert_dtype),
             )
 
 
@@ -203,6 +212,7 @@ class TargetEcho(BaseModel):
     gpus_per_replica: int = Field(description="tp x dp x pp.")
     weight_dtype: str = Field(description="Weight format.")
     kv_dtype: str = Field(description="KV-cache format.")
+    expert_dtype: str | None = Field(description="MoE experts' format (null: no experts).")
     efficiency: EfficiencyUsed = Field(description="How the estimate was timed.")
     catalog_versions: dict[str, int] = Field(
         description="Versions of the catalog entries used (`model`, `gpu`), for reproducibility."

@@ -17,7 +17,14 @@ from typing import Any, Generic, TypeVar
 from app.catalog.profiles import ROOFLINE, choose_profile
 from app.catalog.spec_cache import CachedGpu, SpecCache
 from app.engine.profiles import Profile, ProfiledStepCost, engine_label
-from app.engine.specs import IDEAL_EFFICIENCY, Deployment, Efficiency, GpuSpec, ModelSpec
+from app.engine.specs import (
+    IDEAL_EFFICIENCY,
+    Deployment,
+    Efficiency,
+    GpuSpec,
+    ModelSpec,
+    expert_dtype_for,
+)
 from app.engine.step_cost import StepCostModel
 from app.errors import InvalidInput, spec_errors
 
@@ -84,6 +91,7 @@ class TargetEcho:
     gpus_per_replica: int
     weight_dtype: str
     kv_dtype: str
+    expert_dtype: str | None
     efficiency: EfficiencyUsed
     catalog_versions: dict[str, int]
     engine: str | None
@@ -126,6 +134,11 @@ class Target:
             gpus_per_replica=self.deployment.gpus,
             weight_dtype=self.deployment.weight_dtype.value,
             kv_dtype=self.deployment.kv_dtype.value,
+            expert_dtype=(
+                expert_dtype_for(self.model, self.deployment).value
+                if self.model.moe is not None
+                else None
+            ),
             efficiency=EfficiencyUsed(
                 mode=self.efficiency_mode,
                 gemm=eff.gemm,

@@ -81,10 +81,11 @@ ARCHITECTURES = [
     ("deepseek-r1", "h200-sxm-141gb", 8, "fp8-block", 61 * (512 + 64) * 2),
     ("deepseek-v3", "h200-sxm-141gb", 8, "fp8-block", 61 * (512 + 64) * 2),
     ("kimi-k2", "b300-sxm-288gb", 8, "fp8-block", 61 * (512 + 64) * 2),
-    # gpt-oss: 2 x layers x 8 KV heads of 64 x 2 bytes (windowed layers cost the same per token
-    # inside the window); MXFP4 weights on Hopper run weight-only in bf16.
-    ("gpt-oss-120b", "h100-sxm5-80gb", 1, "mxfp4", 2 * 36 * 8 * 64 * 2),
-    ("gpt-oss-20b", "b200-sxm-180gb", 1, "mxfp4", 2 * 24 * 8 * 64 * 2),
+    # gpt-oss as published (bf16 attention, MXFP4 experts, which Hopper multiplies in bf16):
+    # 2 x layers x 8 KV heads of 64 x 2 bytes (windowed layers cost the same per token inside
+    # the window).
+    ("gpt-oss-120b", "h100-sxm5-80gb", 1, "bf16", 2 * 36 * 8 * 64 * 2),
+    ("gpt-oss-20b", "b200-sxm-180gb", 1, "bf16", 2 * 24 * 8 * 64 * 2),
     # Llama 4: 2 x 48 layers x 8 / tp KV heads x 128 x 2 bytes.
     ("llama-4-scout", "h200-sxm-141gb", 2, "bf16", 2 * 48 * 4 * 128 * 2),
     ("llama-4-maverick", "h200-sxm-141gb", 8, "bf16", 2 * 48 * 1 * 128 * 2),

@@ -268,7 +268,9 @@ def test_checkpoint_format_from_torch_dtype_or_quantisation() -> None:
     assert parse_hf_config(fp8).spec.checkpoint_dtype == "fp8-block"
     per_tensor = base | {"quantization_config": {"quant_method": "fp8"}}
     assert parse_hf_config(per_tensor).spec.checkpoint_dtype == "fp8"
-    assert parse_hf_config(_config("gpt-oss-20b")).spec.checkpoint_dtype == "mxfp4"
+    # gpt-oss quantises its experts only (modules_to_not_convert: attention, router, ...).
+    oss = parse_hf_config(_config("gpt-oss-20b")).spec
+    assert (oss.checkpoint_dtype, oss.expert_checkpoint_dtype) == ("bf16", "mxfp4")
     nvfp4 = base | {"quantization_config": {"quant_method": "modelopt_fp4"}}
     assert parse_hf_config(nvfp4).spec.checkpoint_dtype == "nvfp4"
     awq = base | {"quantization_config": {"quant_method": "awq", "bits": 4}}

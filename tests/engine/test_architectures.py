@@ -21,7 +21,7 @@ from app.engine.memory import kv_bytes_per_sequence, weight_bytes_per_gpu
 from app.engine.parallelism import assess_tp
 from app.engine.params import count_params
 from app.engine.simulation import SchedulerConfig, simulate
-from app.engine.specs import Deployment, ModelSpec, SpecError
+from app.engine.specs import Deployment, ModelSpec, SpecError, expert_dtype_for
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 from app.engine.workload import Trace
@@ -247,3 +247,21 @@ def test_the_simulator_holds_only_the_window_of_windowed_layers() -> None:
     assert full.max_running_requests == 10
     assert windowed.max_running_requests == 5000 // 259 == 19
     assert windowed.completed_requests == full.completed_requests == 40
+
+
+def test_gpt_oss_serves_mxfp4_experts_beside_bf16_attention() -> None:
+    """As published: attention (0.96 B), router, embedding and head in bf16; the 114.7 B of
+    expert weights in MXFP4, 0.53125 bytes each with the E8M0 scale per 32. At tp 1:
+    2 x (955,701,504 + 13,271,040 + 210,240 + 1,158,266,880) + 114,661,785,600 x 17/32."""
+    assert (GPT_OSS.checkpoint_dtype, GPT_OSS.expert_checkpoint_dtype) == ("bf16", "mxfp4")
+    as_published = weight_bytes_per_gpu(GPT_OSS, BF16)
+    bf16 = 2 * (955_701_504 + 13_271_040 + 210_240 + 1_158_266_880)
+    assert as_published == pytest.approx(bf16 + 114_661_785_600 * 17 / 32)
+    assert as_published / 1e9 == pytest.approx(65.2, abs=0.1)
+    # Asking for fp8 weights quantises the experts too; naming expert_dtype keeps them.
+    fp8 = Deployment(weight_dtype=DType.FP8)
+    assert expert_dtype_for(GPT_OSS, fp8) is DType.FP8
+    assert expert_dtype_for(GPT_OSS, replace(fp8, expert_dtype=DType.MXFP4)) is DType.MXFP4
+    # On Hopper (no FP4) the experts multiply in bf16; the attention projections too.
+    cost = StepCostModel(GPT_OSS, H100, BF16)
+    assert (cost.gemm_dtype, cost.expert_dtype) == (DType.BF16, DType.BF16)

@@ -41,7 +41,7 @@ from app.engine.counting import (
 from app.engine.dtypes import DType
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.profile import OpFamily, Profile
-from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
+from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, expert_dtype_for
 from app.engine.step_cost import StepCostModel, per_rank, trapezoid_sum
 from app.engine.step_load import StepLoad
 from app.engine.timing import OpTime, StepTime
@@ -416,8 +416,9 @@ def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Cu
     moe = model.moe
     if moe is None or moe.num_shared_experts or deployment.is_layout:
         return None
+    dtype = expert_dtype_for(model, deployment)
     key = (
-        deployment.weight_dtype,
+        dtype,
         model.hidden_size,
         moe.expert_intermediate_size,
         moe.experts_per_token,
@@ -425,8 +426,8 @@ def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Cu
         deployment.tp,
     )
     table = profile.moe.get(key)
-    if table is None and deployment.weight_dtype in _SAME_BYTES:
-        table = profile.moe.get((_SAME_BYTES[deployment.weight_dtype], *key[1:]))
+    if table is None and dtype in _SAME_BYTES:
+        table = profile.moe.get((_SAME_BYTES[dtype], *key[1:]))
     if table is None:
         return None
     moe_layers = model.num_layers - moe.num_dense_layers
