@@ -19,6 +19,7 @@ writes the score matrix, so attention streams Q, K, V and O only.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -45,6 +46,7 @@ __all__ = [
     "op_coefficients",
     "pairs_for_chunk",
     "stage_share",
+    "straggler_factor",
     "validate_layout",
     "validate_tp",
     "window_bounded",
@@ -209,6 +211,31 @@ def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: 
     if tokens <= 0:
         return 0.0
     return num_experts * (1.0 - math.pow(1.0 - experts_per_token / num_experts, tokens))
+
+
+@functools.lru_cache(maxsize=4096)
+def straggler_factor(picks: int, gpus: int) -> float:
+    """The busiest of `gpus` expert-parallel GPUs' share of `picks` token-expert picks over the
+    mean, from the randomness of routing alone: E[max] / mean of `gpus` loads each Poisson with
+    mean picks/gpus (balls in bins). 1 for one GPU; about 2.4 for 8 picks over 8 GPUs (one
+    decoding token of a top-8 model); tending to 1 as the batch grows."""
+    if gpus <= 1 or picks <= 0:
+        return 1.0
+    mean = picks / gpus
+    spread = 12.0 * math.sqrt(mean) + 12.0
+    # E[max] = sum over m >= 0 of P(max > m) = 1 - P(one load <= m)^gpus; below `start` every
+    # load is almost surely above m (each such term is 1), past `mean + spread` none is.
+    start = max(0, math.floor(mean - spread))
+    expected = float(start)
+    term = math.exp(-mean + start * math.log(mean) - math.lgamma(start + 1))  # P(load = m)
+    below, m = 0.0, start
+    while m < mean + spread:
+        below += term  # P(load <= m)
+        expected += 1.0 - min(below, 1.0) ** gpus
+        m += 1
+        term *= mean / m
+    # Some GPU takes at least one pick (the Poisson loads may all be 0 where picks are few).
+    return max(1.0, max(expected, 1.0) / mean)
 
 
 def pairs_for_chunk(query_tokens: int, cached_tokens: int, *, causal: bool) -> float:

@@ -32,6 +32,7 @@ from app.engine.counting import (
     expected_distinct_experts,
     op_coefficients,
     pairs_for_chunk,
+    straggler_factor,
     window_bounded,
 )
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType, compute_dtype_for
@@ -317,13 +318,22 @@ class StepCostModel:
             + self._overhead_s
         )
 
+    def _straggler(self, replica_tokens: float) -> float:
+        """Under ep, the busiest GPU's routed work over the mean: the traffic's skew
+        (`Deployment.imbalance`) times the randomness of routing few tokens
+        (`straggler_factor`), which dominates small decode batches. 1 without ep."""
+        if self._imbalance == 1.0:
+            return 1.0
+        picks = round(replica_tokens) * self._experts_per_token
+        return self._imbalance * straggler_factor(picks, self.deployment.ep)
+
     def _experts_seconds(self, replica_tokens: float) -> float:
         """The routed and shared experts of the whole replica's tokens on one of the tp x dp
         GPUs they are spread over; under ep the busiest GPU sets the pace."""
         distinct = expected_distinct_experts(
             self._num_experts, self._experts_per_token, replica_tokens
         )
-        return self._imbalance * max(
+        return self._straggler(replica_tokens) * max(
             replica_tokens * self._exp_c,
             distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a,
         )
@@ -380,11 +390,12 @@ class StepCostModel:
                     self._router_w + tokens * self._router_a,
                 )
             )
+            straggler = self._straggler(replica_tokens)
             ops.append(
                 OpTime(
                     OpClass.MOE_EXPERTS,
-                    self._imbalance * replica_tokens * self._exp_c,
-                    self._imbalance
+                    straggler * replica_tokens * self._exp_c,
+                    straggler
                     * (distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a),
                 )
             )

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.engine.counting import OpClass, kv_bytes_per_token, op_coefficients
+from app.engine.counting import (
+    OpClass,
+    kv_bytes_per_token,
+    op_coefficients,
+    straggler_factor,
+)
 from app.engine.dtypes import DType
 from app.engine.estimates import deployment_warnings
 from app.engine.memory import memory_plan, weight_bytes_per_gpu
@@ -85,7 +90,7 @@ def test_ep_all_to_all_by_hand() -> None:
 
 def test_dp_splits_attention_and_the_experts_see_every_rank() -> None:
     """dp 8 x ep 8 decoding 64 sequences: each rank's attention reads 8 sequences' latents;
-    the experts of every GPU take all 64 tokens' routed copies / 8 at the imbalance 1.3."""
+    the experts of every GPU take all 64 tokens' routed copies / 8, at the busiest GPU's share."""
     layout = replace(FP8, dp=8, ep=8)
     cost = StepCostModel(DEEPSEEK, H200, layout)
     one_rank = StepCostModel(DEEPSEEK, H200, FP8)
@@ -98,8 +103,9 @@ def test_dp_splits_attention_and_the_experts_see_every_rank() -> None:
     )
     experts = attention[OpClass.MOE_EXPERTS]
     c = cost.coefficients
+    # 512 picks over 8 GPUs: the busiest takes 1.18x the mean, times the traffic's 1.3.
     assert experts.compute_s == pytest.approx(
-        1.3 * 64 * c.expert_flops_per_token / 1978.9e12, rel=1e-9
+        1.3 * straggler_factor(64 * 8, 8) * 64 * c.expert_flops_per_token / 1978.9e12, rel=1e-9
     )
     assert cost.seconds(decode_load(64, 2048)) == pytest.approx(step.total_s)
 
@@ -178,3 +184,20 @@ def test_an_nvl72_rack_keeps_wide_expert_parallelism_on_nvlink() -> None:
     rack, _, _ = layout_communication(DEEPSEEK, nvl72, wide, IDEAL_EFFICIENCY, c)
     board, _, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c)
     assert board / rack == pytest.approx(900e9 / 50e9)
+
+
+def test_few_tokens_routed_over_many_gpus_leave_one_busiest() -> None:
+    """Balls in bins: one token's top-8 picks over 8 GPUs put 2.58 on the busiest (Poisson
+    loads of mean 1: E[max] = sum over m of 1 - F(m)^8); one pick puts all of it on one GPU
+    (8x the mean); a large batch evens out; one GPU has no straggler."""
+    assert straggler_factor(8, 8) == pytest.approx(2.58, abs=0.01)
+    assert straggler_factor(1, 8) == pytest.approx(8.0)
+    assert straggler_factor(8 * 4096, 8) == pytest.approx(1.0, abs=0.03)
+    assert straggler_factor(64, 1) == 1.0
+    # The decode of one DeepSeek sequence under ep 8 takes the busiest GPU's experts.
+    ep = StepCostModel(DEEPSEEK, H200, replace(FP8, dp=8, ep=8))
+    experts = {op.op_class: op for op in ep.breakdown(decode_load(1, 1000)).ops}
+    c = ep.coefficients
+    assert experts[OpClass.MOE_EXPERTS].compute_s == pytest.approx(
+        1.3 * straggler_factor(8, 8) * c.expert_flops_per_token / 1978.9e12
+    )
