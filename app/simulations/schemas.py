@@ -128,14 +128,33 @@ class LengthDistribution(Input):
 
 
 class Workload(Input):
-    """Poisson arrivals at `requests_per_s`, lengths drawn from the two distributions."""
+    """Requests with lengths drawn from the two distributions, arriving as a Poisson process at
+    `requests_per_s` (open loop) or sent by `concurrency` users, each sending its next request
+    `think_time_s` after its last finished (closed loop, as genai-perf, AIPerf, GuideLLM and
+    `vllm bench serve --max-concurrency` run). Give exactly one of the two."""
 
-    requests_per_s: float = Field(
+    requests_per_s: float | None = Field(
+        default=None,
         ge=MIN_REQUESTS_PER_S,
         le=1e6,
         allow_inf_nan=False,
-        description=f"Arrival rate, at least {MIN_REQUESTS_PER_S:g}.",
+        description=f"Open loop: the arrival rate, at least {MIN_REQUESTS_PER_S:g}.",
         examples=[5.0],
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description=(
+            "Closed loop: users sending requests back to back (the first all at once); the "
+            "answer's `requests_per_s` is the throughput the loop reaches."
+        ),
+    )
+    think_time_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="Closed loop: each user's pause between a finish and its next request.",
     )
     num_requests: int = Field(
         default=3000,
@@ -148,9 +167,21 @@ class Workload(Input):
         description="Output lengths, the first token included."
     )
 
+    @model_validator(mode="after")
+    def _one_load(self) -> Workload:
+        if (self.requests_per_s is None) == (self.concurrency is None):
+            raise ValueError(
+                "give requests_per_s (open loop) or concurrency (closed loop), one of the two"
+            )
+        if self.think_time_s and self.concurrency is None:
+            raise ValueError("think_time_s applies to a closed loop (concurrency) only")
+        return self
+
     def query(self) -> PoissonQuery:
         return PoissonQuery(
             requests_per_s=self.requests_per_s,
+            concurrency=self.concurrency,
+            think_time_s=self.think_time_s,
             num_requests=self.num_requests,
             prompt_tokens=self.prompt_tokens.query(),
             output_tokens=self.output_tokens.query(),

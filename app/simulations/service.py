@@ -19,9 +19,11 @@ from typing import Any
 from app.catalog.spec_cache import SpecCache
 from app.engine.memory import memory_plan
 from app.engine.simulation import (
+    ClosedLoop,
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,
+    closed_loop_steps,
     expected_steps,
     simulate,
 )
@@ -112,12 +114,21 @@ LengthsQuery = PercentilesQuery | HistogramQuery
 
 @dataclass(frozen=True, slots=True)
 class PoissonQuery:
-    """Poisson arrivals at `requests_per_s`, lengths drawn from the two distributions."""
+    """Lengths drawn from the two distributions; Poisson arrivals at `requests_per_s`, or a
+    closed loop of `concurrency` users with `think_time_s` (exactly one of the two)."""
 
-    requests_per_s: float
+    requests_per_s: float | None
     num_requests: int
     prompt_tokens: LengthsQuery
     output_tokens: LengthsQuery
+    concurrency: int | None = None
+    think_time_s: float = 0.0
+
+    @property
+    def closed_loop(self) -> ClosedLoop | None:
+        if self.concurrency is None:
+            return None
+        return ClosedLoop(self.concurrency, self.think_time_s)
 
 
 def length_distribution(
@@ -246,6 +257,7 @@ class SimulationJob:
     tpot_slo_ms: float | None
     max_steps: int
     work_field: str
+    closed_loop: ClosedLoop | None = None
 
 
 def prepare_simulation(
@@ -266,6 +278,7 @@ def prepare_simulation(
         )
     context = target.model.max_context_tokens
     workload = query.workload
+    closed_loop = None
     if query.trace_rows is not None:
         work_field = "trace"
         _within(budget, len(query.trace_rows), work_field)
@@ -278,15 +291,19 @@ def prepare_simulation(
         outputs = length_distribution(workload.output_tokens, "workload.output_tokens", context)
         with spec_errors("workload"):
             trace = PoissonWorkload(
-                requests_per_s=workload.requests_per_s,
+                # A closed loop sends requests as users free up: the rate only orders them.
+                requests_per_s=workload.requests_per_s or 1.0,
                 num_requests=workload.num_requests,
                 prompt_tokens=prompts,
                 output_tokens=outputs,
             ).trace(query.seed)
+            closed_loop = workload.closed_loop
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
     with spec_errors():
         steps = expected_steps(trace, target.cost, config)
+        if closed_loop is not None:
+            steps = closed_loop_steps(trace, config, closed_loop)
     if steps > budget.max_steps:
         raise InvalidInput.at(
             work_field,
@@ -305,6 +322,7 @@ def prepare_simulation(
         tpot_slo_ms=query.tpot_slo_ms,
         max_steps=budget.max_steps * STEP_LIMIT_FACTOR,
         work_field=work_field,
+        closed_loop=closed_loop,
     )
 
 
@@ -333,6 +351,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             ttft_slo_ms=job.ttft_slo_ms,
             tpot_slo_ms=job.tpot_slo_ms,
             max_steps=job.max_steps,
+            closed_loop=job.closed_loop,
         )
     except SimulationTooLong as error:
         raise InvalidInput.at(

@@ -267,3 +267,40 @@ def test_work_is_bounded_before_it_runs_and_more_with_a_key(client: TestClient) 
     keyed = client.post("/v1/simulations", json=many, headers=AUTH)
     assert keyed.status_code == 200, keyed.text
     assert keyed.json()["num_requests"] == 20_001
+
+
+def test_a_closed_loop_reaches_concurrency_over_e2e_plus_think(client: TestClient) -> None:
+    """8 users, 0.2 s think time: the loop's throughput is 8 / (mean E2E + 0.2 s) (a closed
+    system's Little's law, within the run's start and end)."""
+    workload = {
+        "concurrency": 8,
+        "think_time_s": 0.2,
+        "num_requests": 800,
+        "prompt_tokens": CONSTANT_2K,
+        "output_tokens": CONSTANT_256,
+    }
+    response = client.post("/v1/simulations", json=BODY | {"workload": workload})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    e2e_s = result["e2e_ms"]["mean"] / 1000
+    assert result["requests_per_s"] == pytest.approx(8 / (e2e_s + 0.2), rel=0.02)
+    assert result["max_running_requests"] <= 8
+    assert not result["saturated"]
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"requests_per_s": 2.0, "concurrency": 4},
+        {"num_requests": 10},
+        {"requests_per_s": 2.0, "think_time_s": 1.0},
+    ],
+)
+def test_a_workload_takes_one_kind_of_load(client: TestClient, workload: dict[str, Any]) -> None:
+    body = BODY | {
+        "workload": {"prompt_tokens": CONSTANT_2K, "output_tokens": CONSTANT_256, **workload}
+    }
+    response = client.post("/v1/simulations", json=body)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert any("closed loop" in e["message"] for e in response.json()["errors"])

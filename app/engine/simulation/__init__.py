@@ -64,6 +64,7 @@ of a replica's capacity take about a second (scripts/bench_simulator.py).
 """
 
 from app.engine.simulation.config import (
+    ClosedLoop,
     SchedulerConfig,
     SimulationTooLong,
     StepTimer,
@@ -78,12 +79,13 @@ from app.engine.simulation.results import (
     SimulationResult,
 )
 from app.engine.simulation.stats import QUEUE_SAMPLES, SATURATION_GROWTH_FRACTION, SATURATION_Z
-from app.engine.simulation.work import expected_steps, minimum_steps
+from app.engine.simulation.work import closed_loop_steps, expected_steps, minimum_steps
 
 __all__ = [
     "QUEUE_SAMPLES",
     "SATURATION_GROWTH_FRACTION",
     "SATURATION_Z",
+    "ClosedLoop",
     "Percentiles",
     "QueueSample",
     "RequestTimes",
@@ -92,6 +94,7 @@ __all__ = [
     "SimulationTooLong",
     "StepTimer",
     "UnchunkedPolicy",
+    "closed_loop_steps",
     "expected_steps",
     "kv_capacity_tokens",
     "minimum_steps",

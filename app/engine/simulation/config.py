@@ -13,6 +13,7 @@ from app.engine.specs import SpecError
 from app.engine.step_load import StepLoad
 
 __all__ = [
+    "ClosedLoop",
     "SchedulerConfig",
     "SimulationTooLong",
     "StepTimer",
@@ -45,6 +46,23 @@ def kv_capacity_tokens(memory: MemoryPlan, block_tokens: int) -> int:
     tokens = max(0, math.floor(memory.kv_pool_bytes / memory.kv_bytes_per_token))
     # Each attention data-parallel rank has a pool of its own: whole blocks in each.
     return tokens // block_tokens * block_tokens * memory.kv_pools
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """A closed-loop load: `concurrency` users, each sending its next request `think_time_s`
+    after its last one finished (benchmarks' `--concurrency`/`--max-concurrency`)."""
+
+    concurrency: int
+    think_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise SpecError("workload.concurrency", f"must be at least 1, got {self.concurrency}")
+        if not (self.think_time_s >= 0 and math.isfinite(self.think_time_s)):
+            raise SpecError(
+                "workload.think_time_s", f"must not be negative, got {self.think_time_s}"
+            )
 
 
 class UnchunkedPolicy(StrEnum):

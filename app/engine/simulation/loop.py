@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.engine.simulation.config import (
+    ClosedLoop,
     SchedulerConfig,
     SimulationTooLong,
     StepTimer,
@@ -39,8 +40,15 @@ def simulate(
     tpot_slo_ms: float | None = None,
     exact_step_times: bool = False,
     max_steps: int | None = None,
+    closed_loop: ClosedLoop | None = None,
 ) -> SimulationResult:
     """Serve `trace` on one replica whose steps `timer` times, and measure it.
+
+    With `closed_loop`, the trace's arrival times are ignored: `concurrency` users each send
+    the next request of the trace `think_time_s` after their last one finished (the first
+    `concurrency` at time 0), as genai-perf, AIPerf, GuideLLM and `vllm bench serve
+    --max-concurrency` drive a server; `requests_per_s` is then the throughput the loop
+    reaches, and the run's `requests.arrival_s` the times requests were sent.
 
     `kv_capacity_tokens` is the KV cache of the replica in tokens (whole blocks of `block_tokens`
     count). Goodput counts requests whose TTFT is at most `ttft_slo_ms` and whose TPOT is at most
@@ -106,12 +114,20 @@ def simulate(
         config=config,
         capacity_blocks=capacity_blocks,
         window_blocks=window_blocks.tolist(),
+        closed_loop=closed_loop,
         block_tokens=block_tokens,
         exact_step_times=exact_step_times,
         max_steps=max_steps,
     )
     run.execute()
     request_overhead_s = float(getattr(timer, "request_overhead_s", 0.0))
+    if closed_loop is not None:
+        # The arrivals are when the users sent them; a loop's backlog cannot grow.
+        trace = Trace(
+            arrival_s=np.array(run.arrival_s, dtype=np.float64),
+            prompt_tokens=trace.prompt_tokens,
+            output_tokens=trace.output_tokens,
+        )
     return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
 
 
@@ -156,6 +172,7 @@ class _Run:
         block_tokens: int,
         exact_step_times: bool,
         max_steps: int | None = None,
+        closed_loop: ClosedLoop | None = None,
     ) -> None:
         self.trace = trace
         self.rejected_mask = rejected
@@ -163,6 +180,8 @@ class _Run:
         self.config = config
         self.capacity_blocks = capacity_blocks
         self.window_blocks = window_blocks
+        self.closed_loop = closed_loop
+        self.arrival_s: list[float] = []
         self.block_tokens = block_tokens
         self.exact_step_times = exact_step_times
         self.max_steps = max_steps
@@ -191,6 +210,14 @@ class _Run:
         output = self.trace.output_tokens.tolist()
         is_rejected = self.rejected_mask.tolist()
         count = len(arrival)
+        # Closed loop: the first `users` requests at 0; each later one `think` after a finish.
+        loop = self.closed_loop
+        users = count if loop is None else min(loop.concurrency, count)
+        think = 0.0 if loop is None else loop.think_time_s
+        if loop is not None:
+            arrival = [0.0] * users + [math.inf] * (count - users)
+        issued = users
+        self.arrival_s = arrival
         seconds = self.timer.seconds
         table = DecodeStepTable(self.timer)
         segments = table.segments
@@ -248,8 +275,11 @@ class _Run:
             self.queue_running,
         )
         first_admitted = is_rejected.index(False)
-        sample_every_s = max(arrival[-1] - arrival[first_admitted], 1e-9) / (QUEUE_SAMPLES / 2)
-        next_sample_s = arrival[first_admitted]
+        if loop is None:
+            sample_every_s = max(arrival[-1] - arrival[first_admitted], 1e-9) / (QUEUE_SAMPLES / 2)
+            next_sample_s = arrival[first_admitted]
+        else:  # the horizon is not known ahead: dense, thinned as the run goes on
+            sample_every_s, next_sample_s = 1e-3, 0.0
 
         while True:
             # Arrivals up to now join the queue; the time they waited before this step counts.
@@ -260,6 +290,9 @@ class _Run:
                         late_s = now - arrival[next_arrival]
                         area_in_system += late_s
                         area_waiting += late_s
+                    elif issued < count:  # refused at once: the user sends the next one
+                        arrival[issued] = arrival[next_arrival] + think
+                        issued += 1
                     next_arrival += 1
                 if not running and not waiting:
                     continue  # only rejected requests arrived
@@ -445,6 +478,9 @@ class _Run:
                         continue  # preempted since it was scheduled to finish here
                     ticket_of[request] = -1
                     finish_s[request] = now
+                    if issued < count:
+                        arrival[issued] = now + think
+                        issued += 1
                     del running[request]
                     final_context = prompt[request] + output[request] - 1
                     free_blocks += -(-final_context // block) + window_blocks[request]
@@ -465,6 +501,9 @@ class _Run:
                     itl_weight.append(1)
                 if tokens == output[request]:
                     finish_s[request] = now
+                    if issued < count:
+                        arrival[issued] = now + think
+                        issued += 1
                     del running[request]
                     free_blocks += prefill_blocks[request]
                     continue

@@ -9,12 +9,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.engine.counting import pairs_for_chunk
-from app.engine.simulation.config import SchedulerConfig, StepTimer
+from app.engine.simulation.config import ClosedLoop, SchedulerConfig, StepTimer
 from app.engine.simulation.step_table import checked
 from app.engine.step_load import StepLoad
 from app.engine.workload import Trace
 
-__all__ = ["expected_steps", "minimum_steps"]
+__all__ = ["closed_loop_steps", "expected_steps", "minimum_steps"]
 
 
 def minimum_steps(
@@ -104,3 +104,13 @@ def expected_steps(
     drain_s = prefill_s + mean_output * step_s(batch)
     steps = (span_s + drain_s) * busy_fraction / step_s(batch)
     return max(floor, round(steps))
+
+
+def closed_loop_steps(trace: Trace, config: SchedulerConfig, loop: ClosedLoop) -> int:
+    """About how many forward steps a closed loop of `loop.concurrency` users takes to serve
+    `trace`: rounds of min(concurrency, max_num_seqs) requests, each round its mean output's
+    decode steps plus the chunks of its prompts (an upper bound when rounds overlap)."""
+    batch = min(loop.concurrency, config.max_num_seqs)
+    rounds = -(-len(trace) // batch)
+    prompt_steps = -(-int(trace.prompt_tokens.sum()) // (config.max_num_batched_tokens * rounds))
+    return rounds * (math.ceil(float(trace.output_tokens.mean())) + prompt_steps)
