@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from app.engine.counting import kv_slots, validate_tp
+from app.engine.counting import kv_slots, validate_layout
 from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -84,6 +84,14 @@ class TpCandidate:
     meets_latency_goal: bool | None
     """None when no goal was given or tp is infeasible."""
     reasons: tuple[str, ...]
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x dp x pp."""
+        return self.tp * self.dp * self.pp
 
     @property
     def feasible(self) -> bool:
@@ -100,10 +108,14 @@ class TpFeasibility:
     warnings: tuple[str, ...] = ()
 
 
-def _infeasible(tp: int, model: ModelSpec, reason: str) -> TpCandidate:
+def _infeasible(deployment: Deployment, model: ModelSpec, reason: str) -> TpCandidate:
+    tp = deployment.tp
     replication = tp / model.num_kv_heads if tp > model.num_kv_heads else 1.0
     return TpCandidate(
         tp=tp,
+        pp=deployment.pp,
+        dp=deployment.dp,
+        ep=deployment.ep,
         splits_evenly=False,
         kv_head_replication=replication,
         fits_memory=False,
@@ -142,9 +154,9 @@ def _candidate(
     cache slots one sequence of `context_tokens` takes (`kv_tokens_per_sequence`)."""
     tp = deployment.tp
     try:
-        validate_tp(model, tp)
+        validate_layout(model, deployment)
     except SpecError as error:
-        return _infeasible(tp, model, error.message)
+        return _infeasible(deployment, model, error.message)
     plan = memory_plan(
         model,
         gpu,
@@ -154,7 +166,9 @@ def _candidate(
         params=params,
     )
     per_sequence = kv_tokens * plan.kv_bytes_per_token
-    needed = plan.weights_bytes + plan.activation_reserve_bytes + batch_size * per_sequence
+    # Each attention data-parallel rank caches its own share of the batch.
+    per_rank = -(-batch_size // deployment.dp)
+    needed = plan.weights_bytes + plan.activation_reserve_bytes + per_rank * per_sequence
     fits = needed <= plan.usable_bytes
     reasons: list[str] = []
     kv_heads = model.num_kv_heads
@@ -168,7 +182,7 @@ def _candidate(
     elif not fits:
         reasons.append(
             f"{batch_size} sequence(s) of {context_tokens} tokens need "
-            f"{batch_size * per_sequence / GB:.2f} GB of KV cache per GPU; only "
+            f"{per_rank * per_sequence / GB:.2f} GB of KV cache per GPU; only "
             f"{plan.kv_pool_bytes / GB:.2f} GB is left after weights and activations"
         )
     else:
@@ -199,15 +213,19 @@ def _candidate(
         meets = (ttft_slo_ms is None or ttft_ms <= ttft_slo_ms) and (
             tpot_slo_ms is None or tpot_ms <= tpot_slo_ms
         )
+    reasons.extend(layout_reasons(model, deployment))
     return TpCandidate(
         tp=tp,
+        pp=deployment.pp,
+        dp=deployment.dp,
+        ep=deployment.ep,
         splits_evenly=True,
         kv_head_replication=replication,
         fits_memory=fits,
         weights_bytes_per_gpu=plan.weights_bytes,
         kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token,
         kv_pool_bytes_per_gpu=plan.kv_pool_bytes,
-        max_batch_by_memory=max(0, math.floor(plan.kv_pool_bytes / per_sequence)),
+        max_batch_by_memory=max(0, math.floor(plan.kv_pool_bytes / per_sequence)) * plan.kv_pools,
         ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
         communication_share_prefill=cost.communication_seconds(prefill) / prefill_s,
@@ -277,8 +295,13 @@ def assess_tp(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    layouts: bool = False,
+    gpus_per_node: int = 8,
 ) -> TpFeasibility:
-    """Assess each TP degree in `candidates` (`deployment.tp` is ignored).
+    """Assess each TP degree in `candidates` (`deployment.tp` is ignored), and with `layouts`
+    an MoE model's dp x tp (experts sliced or expert-parallel) within a node and, where no tp
+    of a node holds the model, two and four pipeline stages of the widest: a layout
+    feasibility, smallest replica first.
 
     Recommends the smallest feasible tp that fits memory, or, given latency goals, the smallest
     that fits and meets them. Alternatives come back when no tp <= K (KV heads) would do.
@@ -303,11 +326,22 @@ def assess_tp(
     decode = decode_load(batch_size, context_tokens)
     kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
     kv_tokens = kv_slots(model, context_tokens, block_tokens)
+    formats = Deployment(1, base.weight_dtype, base.kv_dtype, base.activation_dtype)
+    deployments = [replace(formats, tp=tp) for tp in sorted(set(candidates))]
+    if layouts:
+        deployments += _layouts(
+            model,
+            gpu,
+            formats,
+            candidates=candidates,
+            gpus_per_node=gpus_per_node,
+            params=params,
+        )
     results = tuple(
         _candidate(
             model,
             gpu,
-            Deployment(tp, base.weight_dtype, base.kv_dtype, base.activation_dtype),
+            layout,
             efficiency,
             params=params,
             prefill=prefill,
@@ -320,13 +354,19 @@ def assess_tp(
             gpu_memory_utilization=gpu_memory_utilization,
             max_num_batched_tokens=max_num_batched_tokens,
         )
-        for tp in sorted(set(candidates))
+        for layout in sorted(deployments, key=lambda d: (d.gpus, d.tp, d.ep))
     )
     usable = [c for c in results if c.feasible]
     goal = ttft_slo_ms is not None or tpot_slo_ms is not None
     chosen = [c for c in usable if c.meets_latency_goal] if goal else usable
     recommended = chosen[0].tp if chosen else None
-    if recommended is not None:
+    if chosen and (chosen[0].dp, chosen[0].pp, chosen[0].ep) != (1, 1, 1):
+        best = chosen[0]
+        label = layout_label(Deployment(tp=best.tp, pp=best.pp, dp=best.dp, ep=best.ep))
+        recommendation = f"{label}: the smallest layout that fits" + (
+            " and meets the latency goal" if goal else ""
+        )
+    elif recommended is not None:
         recommendation = f"tp {recommended}: the smallest degree that fits" + (
             " and meets the latency goal" if goal else ""
         )
@@ -350,3 +390,87 @@ def assess_tp(
             "see alternatives"
         )
     return TpFeasibility(results, recommended, recommendation, alternatives, tuple(warnings))
+
+
+def moe_layouts(
+    formats: Deployment, tp_candidates: Sequence[int], gpus_per_node: int
+) -> list[Deployment]:
+    """An MoE model's layouts beyond plain tp within a node: dp x tp with experts sliced or
+    expert-parallel, and tp with ep."""
+    found = []
+    for tp in tp_candidates:
+        dp = 2
+        while tp * dp <= gpus_per_node:
+            found += [replace(formats, tp=tp, dp=dp, ep=ep) for ep in (1, tp * dp)]
+            dp *= 2
+        if 1 < tp <= gpus_per_node:
+            found.append(replace(formats, tp=tp, ep=tp))
+    return found
+
+
+def layout_label(deployment: Deployment) -> str:
+    """`tp 8`, `tp 1 x dp 8 (ep 8)`, `tp 8 x pp 2`."""
+    label = f"tp {deployment.tp}"
+    if deployment.dp > 1:
+        label += f" x dp {deployment.dp}"
+    if deployment.pp > 1:
+        label += f" x pp {deployment.pp}"
+    if deployment.ep > 1:
+        label += f" (ep {deployment.ep})"
+    return label
+
+
+def layout_reasons(model: ModelSpec, deployment: Deployment) -> list[str]:
+    """What a layout beyond plain tp does, said once per candidate."""
+    reasons = []
+    if deployment.dp > 1:
+        cache = (
+            "caches only its own sequences' latents (MLA's latent does not split by tp)"
+            if model.mla is not None
+            else "caches only its own sequences"
+        )
+        reasons.append(
+            f"attention data-parallel: {deployment.dp} ranks of tp {deployment.tp}, each "
+            f"{cache}; the replica has {deployment.dp} KV pools"
+        )
+    if deployment.ep > 1:
+        moe = model.moe
+        per_gpu = moe.num_experts // deployment.ep if moe is not None else 0
+        reasons.append(
+            f"expert-parallel: {per_gpu} whole experts per GPU over ep {deployment.ep}, tokens "
+            "exchanged all-to-all each MoE layer; the busiest GPU sets the pace (imbalance "
+            f"{deployment.imbalance:g})"
+        )
+    elif deployment.expert_shards > deployment.tp:
+        reasons.append(
+            f"experts sliced over all tp x dp = {deployment.expert_shards} GPUs, an all-reduce "
+            "across them each MoE layer"
+        )
+    if deployment.pp > 1:
+        reasons.append(
+            f"pipeline: {deployment.pp} stages of tp {deployment.tp} ({deployment.gpus} GPUs), "
+            "the model does not fit one node at this tp; micro-batch overlap is not credited, "
+            "so its throughput is a lower bound"
+        )
+    return reasons
+
+
+def _layouts(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    formats: Deployment,
+    *,
+    candidates: Sequence[int],
+    gpus_per_node: int,
+    params: ParamCount,
+) -> list[Deployment]:
+    """The layouts beyond plain tp that `assess_tp(layouts=True)` weighs."""
+    found = moe_layouts(formats, candidates, gpus_per_node) if model.moe is not None else []
+    widest = max((tp for tp in candidates if tp <= gpus_per_node), default=1)
+    try:
+        at_widest = weight_bytes_per_gpu(model, replace(formats, tp=widest), params=params)
+    except SpecError:
+        return found
+    if at_widest > gpu.memory_bytes:
+        found += [replace(formats, tp=widest, pp=pp) for pp in (2, 4)]
+    return found

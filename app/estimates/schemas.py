@@ -324,6 +324,14 @@ class TpFeasibilityRequest(TargetRequest):
     batch_size: DecodeBatch = Field(default=1, description="Sequences decoding together.")
     ttft_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
     tpot_slo_ms: SloMs | None = Field(default=None, description="Recommend a tp meeting it.")
+    layouts: bool = Field(
+        default=False,
+        description=(
+            "Also weigh an MoE model's attention data parallelism and expert parallelism "
+            "within a node (dp x tp up to 8 GPUs), and pipeline stages where no tp of a node "
+            "holds the model: which (tp, pp, dp, ep) work, what each costs, and why not."
+        ),
+    )
 
     def query(self) -> TpFeasibilityQuery:
         return self.query_of(TpFeasibilityQuery, candidates=tuple(self.tp_candidates))
@@ -331,6 +339,10 @@ class TpFeasibilityRequest(TargetRequest):
 
 class TpCandidateOut(BaseModel):
     tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline stages.")
+    dp: int = Field(description="Attention data-parallel ranks.")
+    ep: int = Field(description="Expert-parallel degree (1: experts sliced by tensor).")
+    gpus: int = Field(description="GPUs of one replica: tp x dp x pp.")
     feasible: bool = Field(
         description="Deployable: it splits evenly and fits in memory (`splits_evenly` and "
         "`fits_memory`)."
@@ -343,7 +355,9 @@ class TpCandidateOut(BaseModel):
     weights_bytes_per_gpu: float = Field(description="Weights one GPU holds.")
     kv_bytes_per_token_per_gpu: float = Field(description="KV cache one token takes per GPU.")
     kv_pool_bytes_per_gpu: float = Field(description="Memory left for the KV cache per GPU.")
-    max_batch_by_memory: int = Field(description="Sequences of `context_tokens` that fit.")
+    max_batch_by_memory: int = Field(
+        description="Sequences of `context_tokens` that fit (every data-parallel rank's pool)."
+    )
     ttft_ms: float | None = Field(description="TTFT of `prompt_tokens`, when feasible.")
     tpot_ms: float | None = Field(description="TPOT at `batch_size`, when feasible.")
     communication_share_prefill: float | None = Field(description="All-reduce share of TTFT.")
@@ -358,7 +372,9 @@ class AlternativeOut(BaseModel):
 
 
 class TpFeasibilityResponse(EstimateResponse):
-    candidates: list[TpCandidateOut] = Field(description="One per TP degree assessed.")
+    candidates: list[TpCandidateOut] = Field(
+        description="One per TP degree assessed (and per layout, with `layouts`)."
+    )
     recommended_tp: int | None = Field(
         description="Smallest feasible tp that fits (and meets SLOs)."
     )

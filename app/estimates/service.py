@@ -120,6 +120,7 @@ class TpFeasibilityQuery:
     batch_size: int = 1
     ttft_slo_ms: float | None = None
     tpot_slo_ms: float | None = None
+    layouts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,7 @@ def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Estimated[TpF
             batch_size=query.batch_size,
             ttft_slo_ms=query.ttft_slo_ms,
             tpot_slo_ms=query.tpot_slo_ms,
+            layouts=query.layouts,
         )
     return Estimated(target, result, ("prefill", "decode"))
 

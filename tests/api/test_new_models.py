@@ -146,3 +146,32 @@ def test_a_layout_the_engines_do_not_run_is_a_422_naming_the_field(client: TestC
     problem = response.json()
     assert response.headers["content-type"].startswith("application/problem+json")
     assert any(e["field"] == "dp" and "replicas" in e["message"] for e in problem["errors"])
+
+
+def test_layout_feasibility_says_which_layouts_work_and_why(client: TestClient) -> None:
+    """DeepSeek-R1 FP8 on H200 with layouts: nothing under 8 GPUs holds it; on 8, tp 8 and the
+    dp x ep layouts work, and the data-parallel ones cache several times the sequences (each
+    rank its own latents); the recommendation is the smallest layout that fits."""
+    response = client.post(
+        "/v1/estimates/tp-feasibility",
+        json={
+            "model": "deepseek-r1",
+            "gpu": "h200-sxm-141gb",
+            "weight_dtype": "fp8-block",
+            "tp_candidates": [1, 2, 4, 8],
+            "context_tokens": 4000,
+            "batch_size": 64,
+            "layouts": True,
+        },
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    by_layout = {(c["tp"], c["dp"], c["ep"]): c for c in answer["candidates"]}
+    assert not any(c["feasible"] for c in answer["candidates"] if c["gpus"] < 8)
+    tp8, dp8 = by_layout[(8, 1, 1)], by_layout[(1, 8, 8)]
+    assert tp8["feasible"] and dp8["feasible"]
+    assert dp8["kv_bytes_per_token_per_gpu"] == tp8["kv_bytes_per_token_per_gpu"] == 70_272
+    assert dp8["max_batch_by_memory"] > 5 * tp8["max_batch_by_memory"]
+    assert any("latent" in reason for reason in tp8["reasons"])
+    assert any("expert-parallel" in reason for reason in dp8["reasons"])
+    assert "smallest" in answer["recommendation"]

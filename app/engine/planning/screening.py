@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from app.engine.counting import validate_layout
 from app.engine.memory import memory_plan, weight_bytes_per_gpu
+from app.engine.parallelism import layout_reasons, moe_layouts
 from app.engine.planning.analysis import (
     LoadStats,
     capacity_bound,
@@ -359,7 +360,8 @@ def layouts(
 
     node = options.gpus_per_node
     if model.moe is not None:
-        found += [layout for layout in _moe_layouts(formats, options) if fits(layout)]
+        moe = moe_layouts(formats, options.tp_candidates, options.gpus_per_node)
+        found += [layout for layout in moe if fits(layout)]
     widest = max((tp for tp in options.tp_candidates if tp <= node), default=1)
     if not fits(replace(formats, tp=widest)):
         for pp in (2, 4):
@@ -374,51 +376,3 @@ def layouts(
                     found.append(layout)
                     break
     return found
-
-
-def _moe_layouts(formats: Deployment, options: PlanOptions) -> list[Deployment]:
-    """dp x tp within a node with experts sliced or expert-parallel, and tp with ep."""
-    found = []
-    for tp in options.tp_candidates:
-        dp = 2
-        while tp * dp <= options.gpus_per_node:
-            found += [replace(formats, tp=tp, dp=dp, ep=ep) for ep in (1, tp * dp)]
-            dp *= 2
-        if 1 < tp <= options.gpus_per_node:
-            found.append(replace(formats, tp=tp, ep=tp))
-    return found
-
-
-def layout_reasons(model: ModelSpec, deployment: Deployment) -> list[str]:
-    """What a layout beyond plain tp does, said once per candidate."""
-    reasons = []
-    if deployment.dp > 1:
-        cache = (
-            "caches only its own sequences' latents (MLA's latent does not split by tp)"
-            if model.mla is not None
-            else "caches only its own sequences"
-        )
-        reasons.append(
-            f"attention data-parallel: {deployment.dp} ranks of tp {deployment.tp}, each "
-            f"{cache}; the replica has {deployment.dp} KV pools"
-        )
-    if deployment.ep > 1:
-        moe = model.moe
-        per_gpu = moe.num_experts // deployment.ep if moe is not None else 0
-        reasons.append(
-            f"expert-parallel: {per_gpu} whole experts per GPU over ep {deployment.ep}, tokens "
-            "exchanged all-to-all each MoE layer; the busiest GPU sets the pace (imbalance "
-            f"{deployment.imbalance:g})"
-        )
-    elif deployment.expert_shards > deployment.tp:
-        reasons.append(
-            f"experts sliced over all tp x dp = {deployment.expert_shards} GPUs, an all-reduce "
-            "across them each MoE layer"
-        )
-    if deployment.pp > 1:
-        reasons.append(
-            f"pipeline: {deployment.pp} stages of tp {deployment.tp} ({deployment.gpus} GPUs), "
-            "the model does not fit one node at this tp; micro-batch overlap is not credited, "
-            "so its throughput is a lower bound"
-        )
-    return reasons
