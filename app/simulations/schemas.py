@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.engine.simulation import SchedulerConfig
+from app.engine.simulation import PrefixCache, SchedulerConfig
 from app.errors import spec_errors
 from app.simulations.service import (
     MAX_ARRIVAL_S,
@@ -232,6 +232,30 @@ class SimulationSlo(Input):
     )
 
 
+class PrefixCacheSettings(Input):
+    """Automatic prefix caching: a shared system prompt, or a hit rate (give one)."""
+
+    shared_prefix_tokens: int = Field(
+        default=0,
+        ge=0,
+        le=2**24,
+        description=(
+            "Every prompt starts with these tokens (a system prompt): computed by the first "
+            "request, then found cached in whole blocks and held once."
+        ),
+    )
+    hit_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of each prompt found cached in whole blocks (multi-turn chat).",
+    )
+
+    def cache(self) -> PrefixCache:
+        with spec_errors():
+            return PrefixCache(self.shared_prefix_tokens, self.hit_rate)
+
+
 class SimulationRequest(TargetRequest):
     """A model on a GPU, its scheduler, and what it serves: a `workload` or a `trace`."""
 
@@ -272,6 +296,10 @@ class SimulationRequest(TargetRequest):
         examples=[[[0.0, 2048, 256], [0.1, 512, 128]]],
     )
     slo: SimulationSlo | None = Field(default=None, description="Objectives for goodput.")
+    prefix_cache: PrefixCacheSettings | None = Field(
+        default=None,
+        description="Automatic prefix caching (vLLM's --enable-prefix-caching); null: off.",
+    )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
     )
@@ -298,6 +326,7 @@ class SimulationRequest(TargetRequest):
             workload=self.workload.query() if self.workload else None,
             trace_rows=self.trace,
             seed=self.seed,
+            prefix_cache=self.prefix_cache.cache() if self.prefix_cache else None,
             ttft_slo_ms=slo.ttft_ms,
             tpot_slo_ms=slo.tpot_ms,
             gpu_memory_utilization=self.gpu_memory_utilization,

@@ -20,6 +20,7 @@ from app.catalog.spec_cache import SpecCache
 from app.engine.memory import memory_plan
 from app.engine.simulation import (
     ClosedLoop,
+    PrefixCache,
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,
@@ -242,6 +243,7 @@ class SimulationQuery:
     gpu_memory_utilization: float
     block_tokens: int
     kv_capacity_override_tokens: int | None
+    prefix_cache: PrefixCache | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +260,7 @@ class SimulationJob:
     max_steps: int
     work_field: str
     closed_loop: ClosedLoop | None = None
+    prefix_cache: PrefixCache | None = None
 
 
 def prepare_simulation(
@@ -323,6 +326,7 @@ def prepare_simulation(
         max_steps=budget.max_steps * STEP_LIMIT_FACTOR,
         work_field=work_field,
         closed_loop=closed_loop,
+        prefix_cache=query.prefix_cache,
     )
 
 
@@ -352,6 +356,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             tpot_slo_ms=job.tpot_slo_ms,
             max_steps=job.max_steps,
             closed_loop=job.closed_loop,
+            prefix_cache=job.prefix_cache,
         )
     except SimulationTooLong as error:
         raise InvalidInput.at(

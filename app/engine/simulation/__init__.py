@@ -65,6 +65,7 @@ of a replica's capacity take about a second (scripts/bench_simulator.py).
 
 from app.engine.simulation.config import (
     ClosedLoop,
+    PrefixCache,
     SchedulerConfig,
     SimulationTooLong,
     StepTimer,
@@ -87,6 +88,7 @@ __all__ = [
     "SATURATION_Z",
     "ClosedLoop",
     "Percentiles",
+    "PrefixCache",
     "QueueSample",
     "RequestTimes",
     "SchedulerConfig",

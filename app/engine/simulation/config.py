@@ -8,12 +8,16 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from app.engine.memory import MemoryPlan
 from app.engine.specs import SpecError
 from app.engine.step_load import StepLoad
 
 __all__ = [
     "ClosedLoop",
+    "PrefixCache",
     "SchedulerConfig",
     "SimulationTooLong",
     "StepTimer",
@@ -63,6 +67,36 @@ class ClosedLoop:
             raise SpecError(
                 "workload.think_time_s", f"must not be negative, got {self.think_time_s}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCache:
+    """Automatic prefix caching (vLLM's `--enable-prefix-caching`, SGLang's radix cache): a
+    request reuses the KV of whole blocks of its prompt already computed. Either every prompt
+    starts with the same `shared_prefix_tokens` (a system prompt: cached once the first request
+    has computed it), or a share `hit_rate` of each prompt is found cached (multi-turn chat).
+    At least the last prompt token is always computed (it yields the first token)."""
+
+    shared_prefix_tokens: int = 0
+    hit_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.shared_prefix_tokens < 0:
+            raise SpecError("prefix_cache.shared_prefix_tokens", "must not be negative")
+        if not 0 <= self.hit_rate <= 1:
+            raise SpecError("prefix_cache.hit_rate", f"must be in [0, 1], got {self.hit_rate}")
+        if self.shared_prefix_tokens and self.hit_rate:
+            raise SpecError("prefix_cache", "give shared_prefix_tokens or hit_rate, not both")
+
+    def cached_tokens(self, prompts: NDArray[np.int64], block_tokens: int) -> NDArray[np.int64]:
+        """Prompt tokens each request finds cached, in whole blocks, short of its last token;
+        the first request of a shared prefix computes it."""
+        if self.shared_prefix_tokens:
+            found = np.minimum(self.shared_prefix_tokens, prompts - 1)
+            found[:1] = 0
+        else:
+            found = np.floor(self.hit_rate * (prompts - 1)).astype(np.int64)
+        return np.asarray(found // block_tokens * block_tokens, dtype=np.int64)
 
 
 class UnchunkedPolicy(StrEnum):

@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from app.engine.simulation.config import (
     ClosedLoop,
+    PrefixCache,
     SchedulerConfig,
     SimulationTooLong,
     StepTimer,
@@ -41,6 +42,7 @@ def simulate(
     exact_step_times: bool = False,
     max_steps: int | None = None,
     closed_loop: ClosedLoop | None = None,
+    prefix_cache: PrefixCache | None = None,
 ) -> SimulationResult:
     """Serve `trace` on one replica whose steps `timer` times, and measure it.
 
@@ -49,6 +51,11 @@ def simulate(
     `concurrency` at time 0), as genai-perf, AIPerf, GuideLLM and `vllm bench serve
     --max-concurrency` drive a server; `requests_per_s` is then the throughput the loop
     reaches, and the run's `requests.arrival_s` the times requests were sent.
+
+    With `prefix_cache`, each request finds whole blocks of its prompt already cached
+    (`PrefixCache.cached_tokens`): its prefill computes only the rest, attending over the
+    cached tokens, and its KV holds only the rest (the cached blocks are shared: a shared
+    prefix is held once, for the whole run).
 
     `kv_capacity_tokens` is the KV cache of the replica in tokens (whole blocks of `block_tokens`
     count). Goodput counts requests whose TTFT is at most `ttft_slo_ms` and whose TPOT is at most
@@ -92,6 +99,12 @@ def simulate(
     capacity_blocks, window_blocks = _windowed_blocks(
         getattr(timer, "kv_window", None), capacity_blocks, peak_blocks, block_tokens
     )
+    cached = np.zeros_like(peak_blocks)
+    if prefix_cache is not None:
+        cached = prefix_cache.cached_tokens(trace.prompt_tokens, block_tokens)
+        # A shared prefix stays in the cache, held once.
+        capacity_blocks -= -(-prefix_cache.shared_prefix_tokens // block_tokens)
+    window_blocks = window_blocks - cached // block_tokens  # blocks a request holds beyond its
     peak_blocks = peak_blocks + window_blocks
     rejected = peak_blocks > capacity_blocks
     if rejected.all():
@@ -114,6 +127,7 @@ def simulate(
         config=config,
         capacity_blocks=capacity_blocks,
         window_blocks=window_blocks.tolist(),
+        cached_tokens=cached.tolist(),
         closed_loop=closed_loop,
         block_tokens=block_tokens,
         exact_step_times=exact_step_times,
@@ -173,6 +187,7 @@ class _Run:
         exact_step_times: bool,
         max_steps: int | None = None,
         closed_loop: ClosedLoop | None = None,
+        cached_tokens: list[int] | None = None,
     ) -> None:
         self.trace = trace
         self.rejected_mask = rejected
@@ -180,6 +195,7 @@ class _Run:
         self.config = config
         self.capacity_blocks = capacity_blocks
         self.window_blocks = window_blocks
+        self.cached_tokens = cached_tokens or [0] * len(trace)
         self.closed_loop = closed_loop
         self.arrival_s: list[float] = []
         self.block_tokens = block_tokens
@@ -230,7 +246,10 @@ class _Run:
         max_tokens = config.max_num_batched_tokens
         chunk_cap = config.long_prefill_token_threshold if chunked else 0
         block = self.block_tokens
-        window_blocks = self.window_blocks  # each request's windowed layers, held throughout
+        # Per request, blocks held beyond its context's: its windowed layers' (held throughout)
+        # less its prompt's cached blocks (shared); and the prompt tokens it finds cached.
+        window_blocks = self.window_blocks
+        cached = self.cached_tokens
         first_token_s = self.first_token_s
         finish_s = self.finish_s
         itl_gap = self.itl_gap_s
@@ -372,17 +391,18 @@ class _Run:
                 while admit and waiting and len(running) < max_seqs:
                     head = waiting[0]
                     total = prompt[head] + generated[head]
+                    found = cached[head]  # computed tokens it starts from: its cached prefix
                     if chunked:
                         if budget <= 0:
                             break
-                        take = min(total, budget)
+                        take = min(total - found, budget)
                         if 0 < chunk_cap < take:
                             take = chunk_cap
                     else:
                         # Whole prompts; one over the budget may run as the step's only one.
-                        if total > budget and prefill_chunks > 0:
+                        if total - found > budget and prefill_chunks > 0:
                             break
-                        take = total
+                        take = total - found
                     head_blocks = -(-total // block) + window_blocks[head]
                     if head_blocks > free_blocks:
                         break  # FCFS: the head waits for blocks, and so does everyone behind it
@@ -393,12 +413,12 @@ class _Run:
                     budget -= take
                     prefill_tokens += take
                     prefill_chunks += 1
-                    attention_pairs += take * (take + 1) // 2
-                    prefill_kv += take
-                    if take == total:
+                    attention_pairs += take * found + take * (take + 1) // 2
+                    prefill_kv += found + take
+                    if found + take == total:
                         completing.append(head)
                     else:
-                        partial.append([head, take, total])
+                        partial.append([head, found + take, total])
                 max_running = max(max_running, len(running))
 
             # Time the step.
