@@ -3,11 +3,12 @@ Times in ms unless the name says `_s`; rates per second."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.engine.simulation import PrefixCache, SchedulerConfig
+from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding
 from app.errors import spec_errors
 from app.simulations.service import (
     MAX_ARRIVAL_S,
@@ -256,6 +257,35 @@ class PrefixCacheSettings(Input):
             return PrefixCache(self.shared_prefix_tokens, self.hit_rate)
 
 
+class SpeculativeSettings(Input):
+    """Speculative decoding: who drafts, how many tokens, how many are accepted."""
+
+    method: Literal["mtp", "draft"] = Field(
+        description=(
+            "`mtp`: the model's own multi-token-prediction layers (DeepSeek-V3/R1); `draft`: "
+            "a separate draft model from the catalog (`draft_model`)."
+        )
+    )
+    num_draft_tokens: int = Field(ge=1, le=16, description="Tokens proposed per step, k.")
+    mean_accepted_tokens: float = Field(
+        ge=0,
+        le=16,
+        description=(
+            "Draft tokens accepted per verify step on average (at most k); a step emits these "
+            "and one of the target's own."
+        ),
+    )
+    draft_model: str | None = Field(
+        default=None, description="Catalog id of the draft model, for `draft`."
+    )
+
+    def spec(self) -> SpeculativeDecoding:
+        with spec_errors():
+            return SpeculativeDecoding(
+                DraftMethod(self.method), self.num_draft_tokens, self.mean_accepted_tokens
+            )
+
+
 class SimulationRequest(TargetRequest):
     """A model on a GPU, its scheduler, and what it serves: a `workload` or a `trace`."""
 
@@ -300,6 +330,13 @@ class SimulationRequest(TargetRequest):
         default=None,
         description="Automatic prefix caching (vLLM's --enable-prefix-caching); null: off.",
     )
+    speculative: SpeculativeSettings | None = Field(
+        default=None,
+        description=(
+            "Speculative decoding: a decode step verifies k drafted tokens per sequence and "
+            "emits the accepted ones plus one; its KV pool loses the drafter's weights."
+        ),
+    )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
     )
@@ -327,6 +364,8 @@ class SimulationRequest(TargetRequest):
             trace_rows=self.trace,
             seed=self.seed,
             prefix_cache=self.prefix_cache.cache() if self.prefix_cache else None,
+            speculative=self.speculative.spec() if self.speculative else None,
+            draft_model=self.speculative.draft_model if self.speculative else None,
             ttft_slo_ms=slo.ttft_ms,
             tpot_slo_ms=slo.tpot_ms,
             gpu_memory_utilization=self.gpu_memory_utilization,

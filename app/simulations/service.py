@@ -14,16 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from app.catalog.spec_cache import SpecCache
-from app.engine.memory import memory_plan
+from app.engine.dtypes import BYTES_PER_ELEMENT
+from app.engine.memory import memory_plan, weight_bytes_per_gpu
+from app.engine.params import count_params
 from app.engine.simulation import (
     ClosedLoop,
     PrefixCache,
     SchedulerConfig,
     SimulationResult,
     SimulationTooLong,
+    StepTimer,
     closed_loop_steps,
     expected_steps,
     simulate,
@@ -31,6 +35,7 @@ from app.engine.simulation import (
 from app.engine.simulation import (
     kv_capacity_tokens as pool_tokens,
 )
+from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding, SpeculativeTimer
 from app.engine.specs import SpecError
 from app.engine.workload import (
     HistogramLengths,
@@ -190,8 +195,10 @@ def kv_capacity_tokens(
     *,
     gpu_memory_utilization: float,
     block_tokens: int,
+    extra_weights_bytes: float = 0.0,
 ) -> int:
-    """The KV pool of one replica, in whole blocks of tokens; 422 when nothing is left."""
+    """The KV pool of one replica, in whole blocks of tokens; 422 when nothing is left.
+    `extra_weights_bytes` per GPU beside the model's: a drafter's."""
     with spec_errors():
         plan = memory_plan(
             target.model,
@@ -200,6 +207,12 @@ def kv_capacity_tokens(
             gpu_memory_utilization=gpu_memory_utilization,
             max_num_batched_tokens=scheduler.max_num_batched_tokens,
             max_num_seqs=scheduler.max_num_seqs,
+        )
+    if extra_weights_bytes:
+        plan = dc_replace(
+            plan,
+            weights_bytes=plan.weights_bytes + extra_weights_bytes,
+            kv_pool_bytes=plan.kv_pool_bytes - extra_weights_bytes,
         )
     tokens = pool_tokens(plan, block_tokens)
     if tokens < block_tokens:
@@ -244,6 +257,9 @@ class SimulationQuery:
     block_tokens: int
     kv_capacity_override_tokens: int | None
     prefix_cache: PrefixCache | None = None
+    speculative: SpeculativeDecoding | None = None
+    draft_model: str | None = None
+    """The draft model's catalog id when `speculative.method` is `draft`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +277,38 @@ class SimulationJob:
     work_field: str
     closed_loop: ClosedLoop | None = None
     prefix_cache: PrefixCache | None = None
+    timer: StepTimer | None = None
+    """What times the steps when it is not the target's own cost model (speculation)."""
+
+
+def _speculation(
+    cache: SpecCache, query: SimulationQuery, target: Target
+) -> tuple[StepTimer | None, float]:
+    """The speculative timer and the drafter's weights per GPU (MTP layers or a draft model on
+    the target's GPUs and layout), or (None, 0)."""
+    spec = query.speculative
+    if spec is None:
+        return None, 0.0
+    draft = None
+    if spec.method is DraftMethod.DRAFT:
+        if query.draft_model is None:
+            raise InvalidInput.at("speculative.draft_model", "a draft model id is needed")
+        draft_target = resolve_target(
+            cache,
+            dc_replace(
+                query.target,
+                model=query.draft_model,
+                deployment=dc_replace(query.target.deployment, dp=1, ep=1, pp=1),
+            ),
+        )
+        draft = draft_target.cost
+        extra = weight_bytes_per_gpu(draft_target.model, draft_target.deployment)
+    else:
+        params = count_params(target.model)
+        weight_b = BYTES_PER_ELEMENT[target.deployment.weight_dtype]
+        extra = params.mtp / target.deployment.tp * weight_b
+    with spec_errors():
+        return SpeculativeTimer(target.cost, spec, draft), extra
 
 
 def prepare_simulation(
@@ -270,6 +318,7 @@ def prepare_simulation(
     `budget` before anything runs: 422 naming the field when it asks for more."""
     target = resolve_target(cache, query.target)
     config = query.scheduler
+    timer, drafter_bytes = _speculation(cache, query, target)
     if query.kv_capacity_override_tokens is not None:
         kv_tokens = query.kv_capacity_override_tokens
     else:
@@ -278,6 +327,7 @@ def prepare_simulation(
             config,
             gpu_memory_utilization=query.gpu_memory_utilization,
             block_tokens=query.block_tokens,
+            extra_weights_bytes=drafter_bytes,
         )
     context = target.model.max_context_tokens
     workload = query.workload
@@ -327,6 +377,7 @@ def prepare_simulation(
         work_field=work_field,
         closed_loop=closed_loop,
         prefix_cache=query.prefix_cache,
+        timer=timer,
     )
 
 
@@ -348,7 +399,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
     try:
         result = simulate(
             job.trace,
-            job.target.cost,
+            job.timer or job.target.cost,
             kv_capacity_tokens=job.kv_capacity_tokens,
             block_tokens=job.block_tokens,
             scheduler=job.scheduler.for_ranks(job.target.deployment.dp),

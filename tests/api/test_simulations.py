@@ -322,3 +322,43 @@ def test_a_shared_system_prompt_shortens_ttft(client: TestClient) -> None:
     )
     assert bad.status_code == 422
     assert any(e["field"].startswith("prefix_cache") for e in bad.json()["errors"])
+
+
+def test_speculative_decoding_pays_for_itself_only_with_a_cheap_drafter(
+    client: TestClient,
+) -> None:
+    """Llama-3-8B drafted by Llama-2-7B (3 proposed, 2 accepted): three 7B draft steps cost
+    more than the two target steps they save, so TPOT rises, and the draft's weights shrink
+    the KV pool. DeepSeek-R1's own MTP layer (1 proposed, 0.85 accepted) costs one layer and
+    the LM head a step, and TPOT falls. MTP on a model without MTP layers is refused."""
+    workload = BODY["workload"] | {"requests_per_s": 0.5, "num_requests": 30}
+    plain = client.post("/v1/simulations", json=BODY | {"workload": workload}).json()
+    speculative = {
+        "method": "draft",
+        "draft_model": "llama-2-7b",
+        "num_draft_tokens": 3,
+        "mean_accepted_tokens": 2.0,
+    }
+    drafted = client.post(
+        "/v1/simulations", json=BODY | {"workload": workload, "speculative": speculative}
+    )
+    assert drafted.status_code == 200, drafted.text
+    result = drafted.json()
+    assert result["tpot_ms"]["p50"] > plain["tpot_ms"]["p50"]
+    assert result["kv_capacity_tokens"] < plain["kv_capacity_tokens"]
+
+    deepseek = {
+        "model": "deepseek-r1",
+        "gpu": "h200-sxm-141gb",
+        "tp": 8,
+        "weight_dtype": "fp8-block",
+        "workload": workload,
+    }
+    mtp = {"method": "mtp", "num_draft_tokens": 1, "mean_accepted_tokens": 0.85}
+    alone = client.post("/v1/simulations", json=deepseek).json()
+    with_mtp = client.post("/v1/simulations", json=deepseek | {"speculative": mtp}).json()
+    assert with_mtp["tpot_ms"]["p50"] < 0.7 * alone["tpot_ms"]["p50"]
+
+    refused = client.post("/v1/simulations", json=BODY | {"speculative": mtp})
+    assert refused.status_code == 422
+    assert any(e["field"] == "speculative.method" for e in refused.json()["errors"])
