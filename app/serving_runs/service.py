@@ -55,8 +55,8 @@ __all__ = [
 REPLAY_REQUESTS = (200, 2000)
 """Requests per replay: the run's own count, within these bounds."""
 CLOSED_LOOP_NOTE = (
-    "closed loop replayed as an open loop at the run's measured request rate (the simulator "
-    "has no closed loop yet): tail latencies of the two differ"
+    "closed loop replayed as a closed loop of the run's concurrency (no think time); "
+    "`replayed_requests_per_s` is the run's own throughput, for reference"
 )
 
 
@@ -104,10 +104,16 @@ def prepare_replays(
             PercentilesQuery(prompt, prompt, prompt),
             PercentilesQuery(output, output, output),
         )
+        closed = measurement.mode is LoadMode.CONCURRENCY and measurement.concurrency
+        load = (
+            PoissonQuery(None, count, *constant, concurrency=measurement.concurrency)
+            if closed
+            else PoissonQuery(replay_rate(measurement), count, *constant)
+        )
         query = SimulationQuery(
             target=upload.target,
             scheduler=upload.scheduler,
-            workload=PoissonQuery(replay_rate(measurement), count, *constant),
+            workload=load,
             trace_rows=None,
             seed=0,
             ttft_slo_ms=None,

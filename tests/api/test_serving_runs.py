@@ -87,6 +87,12 @@ def test_an_upload_is_replayed_compared_and_stored(client: TestClient, tool: str
             comparison["measured"]["requests_per_s"]
         )
         assert "closed loop" in comparison["note"]
+        # Replayed as a closed loop: the simulated throughput is the concurrency over the
+        # simulated E2E (Little's law of a closed system, within the run's start and end).
+        simulated = comparison["simulated"]
+        assert simulated["requests_per_s"] == pytest.approx(
+            comparison["concurrency"] / (simulated["e2e_ms_mean"] / 1000), rel=0.1
+        )
     else:
         assert comparison["replayed_requests_per_s"] == 4.0 and comparison["note"] is None
     # The replica keeps up with the run's own load, and its latencies are of the run's order.

@@ -30,6 +30,7 @@ remembered by its (rounded) shape, so a simulation pays the table look-ups once 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 
@@ -82,6 +83,7 @@ class ProfiledStepCost(StepCostModel):
         "_decode_attention",
         "_decode_memo",
         "_ffn_curve",
+        "_graph_sizes",
         "_layers",
         "_linear_memo",
         "_lm_curve",
@@ -167,6 +169,7 @@ class ProfiledStepCost(StepCostModel):
             self._allreduce = _curve(
                 sizes, [profile.all_reduce.at(s, tp) for s in sizes], from_one=False
             )
+        self._graph_sizes = graph_sizes(profile.engine, deployment.tp)
         self._linear_memo: dict[int, float] = {}
         self._lm_memo: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
@@ -332,9 +335,15 @@ class ProfiledStepCost(StepCostModel):
                 decode_context_tokens,
             )
         sequences = prefill_chunks + decode_seqs
-        total = self._linear(tokens)
+        rows = tokens
+        if not prefill_tokens:
+            # A decode-only step replays the CUDA graph captured at the next batch size up.
+            rows = sequences = self._graph_rows(decode_seqs)
+            if self._dp == 1:
+                replica_tokens = rows
+        total = self._linear(rows)
         if self._has_moe:
-            total += self._moe(tokens, replica_tokens)
+            total += self._moe(rows, replica_tokens)
         if sequences > 0:
             total += self._lm(sequences)
         if prefill_tokens > 0:
@@ -349,6 +358,15 @@ class ProfiledStepCost(StepCostModel):
             + self._layout_seconds(replica_tokens)
             + self._profile_overhead.seconds(sequences, tokens)
         )
+
+    def _graph_rows(self, seqs: int) -> int:
+        """The batch a decode-only step of `seqs` sequences runs at: the smallest CUDA-graph
+        size the engine captured that holds it (`graph_sizes`); `seqs` beyond the largest, or
+        for an engine that does not pad (TensorRT-LLM's default), run as they are."""
+        sizes = self._graph_sizes
+        if not sizes or seqs > sizes[-1]:
+            return seqs
+        return sizes[bisect.bisect_left(sizes, seqs)]
 
     def communication_seconds(self, load: StepLoad) -> float:
         tokens = load.prefill_tokens + load.decode_seqs
@@ -366,6 +384,10 @@ class ProfiledStepCost(StepCostModel):
         tokens, sequences = load.tokens, load.prefill_chunks + load.decode_seqs
         if tokens <= 0:
             return roofline
+        if not load.prefill_tokens:
+            tokens = sequences = self._graph_rows(load.decode_seqs)
+            if self._dp == 1:
+                replica_tokens = tokens
         pairs, kv_tokens, context = window_bounded(self.coefficients, load)
         measured = {
             OpClass.QKV_PROJ: lambda: self._qkv(tokens),
@@ -408,6 +430,22 @@ class ProfiledStepCost(StepCostModel):
 _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
 """Weight formats of the same size and compute, whose tables stand in for each other (the
 per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
+
+
+def graph_sizes(engine: str, tp: int) -> tuple[int, ...]:
+    """The decode batch sizes an engine captures CUDA graphs at by default (and pads a decode
+    step up to): vLLM V1 0.10-0.11 `[1, 2, 4] + range(8, 513, 8)` (`cuda_graph_sizes` default
+    `min(2 x max_num_seqs, 512)`, vllm/config/scheduler.py); SGLang 0.5.3 `[1, 2, 4, 8, 12] +
+    range(16, 257, 8) + range(272, 512, 16) + range(512, max + 1, 32)` with `cuda_graph_max_bs`
+    256 on 80-160 GB GPUs below tp 4 and 512 from tp 4 (sglang/srt/server_args.py); none for
+    TensorRT-LLM, whose graph padding is off by default."""
+    if engine == "vllm":
+        return (1, 2, 4, *range(8, 513, 8))
+    if engine == "sglang":
+        largest = 512 if tp >= 4 else 256
+        sizes = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 513, 32))
+        return tuple(size for size in sizes if size <= largest)
+    return ()
 
 
 def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
