@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from functools import partial
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.simulations.schemas import SimulationRequest, SimulationResponse
@@ -12,6 +16,7 @@ from app.simulations.service import (
     prepare_simulation,
     run_simulation_job,
 )
+from app.web.charts import SVG_MEDIA_TYPE, simulation_svg, wants_svg
 from app.web.deps import HeavyWorkDep, OptionalApiKeyDep, SpecCacheDep
 from app.web.schemas import problem_responses
 
@@ -33,7 +38,8 @@ router = APIRouter(prefix="/v1", tags=["simulations"])
         f"{KEYED_BUDGET.max_requests:,} requests and {KEYED_BUDGET.max_steps:,} steps; beyond, "
         "a 422 naming the field."
     ),
-    responses=problem_responses(400, 403, 413, 415, 422, 429, 503),
+    responses=problem_responses(400, 403, 413, 415, 422, 429, 503)
+    | {200: {"content": {SVG_MEDIA_TYPE: {}}}},
 )
 async def simulate_route(
     body: SimulationRequest,
@@ -41,8 +47,22 @@ async def simulate_route(
     heavy: HeavyWorkDep,
     key: OptionalApiKeyDep,
     request: Request,
-) -> SimulationResponse:
+    accept: Annotated[
+        str | None,
+        Header(description="`image/svg+xml` for a chart (the queue, the percentiles, the SLOs)."),
+    ] = None,
+) -> Response:
     budget = KEYED_BUDGET if key is not None else ANONYMOUS_BUDGET
     job = await run_in_threadpool(prepare_simulation, cache, body.query(), budget)
     run = await heavy.run(request, run_simulation_job, job)
-    return SimulationResponse.model_validate(run, from_attributes=True)
+    answer = SimulationResponse.model_validate(run, from_attributes=True)
+    if wants_svg(accept):
+        slo = body.slo
+        draw = partial(
+            simulation_svg,
+            ttft_slo_ms=slo.ttft_ms if slo else None,
+            tpot_slo_ms=slo.tpot_ms if slo else None,
+        )
+        chart = await heavy.run(request, draw, answer)
+        return Response(chart, media_type=SVG_MEDIA_TYPE)
+    return JSONResponse(answer.model_dump(mode="json"))

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from app.estimates.schemas import PrefillCurveResponse, RooflineResponse
+    from app.simulations.schemas import SimulationResponse
 
-__all__ = ["SVG_MEDIA_TYPE", "prefill_curve_svg", "roofline_svg", "wants_svg"]
+__all__ = ["SVG_MEDIA_TYPE", "prefill_curve_svg", "roofline_svg", "simulation_svg", "wants_svg"]
 
 SVG_MEDIA_TYPE = "image/svg+xml"
 _TERA = 1e12
@@ -55,8 +56,12 @@ def _figure() -> tuple[Figure, Axes]:
 
 
 def _svg(figure: Figure) -> str:
+    """The figure as SVG, its labels as text (selectable, searchable, read by screen readers)."""
+    import matplotlib  # noqa: PLC0415
+
     buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
     return buffer.getvalue()
 
 
@@ -123,15 +128,24 @@ def prefill_curve_svg(answer: PrefillCurveResponse) -> str:
     xs = [p.prompt_tokens for p in points]
     axes.plot(xs, [p.ttft_ms for p in points], marker="o", markersize=3, color="#1f4e79")
     crossover = answer.crossover_tokens
-    axes.axvline(crossover, color="#c0392b", linestyle="--", linewidth=1)
-    axes.annotate(
-        f"crossover {crossover:,} tokens\n(attention FLOPs = linear FLOPs)",
-        (crossover, points[0].ttft_ms),
-        textcoords="offset points",
-        xytext=(6, 6),
-        fontsize=8,
-        color="#c0392b",
-    )
+    if xs[0] <= crossover <= xs[-1]:
+        axes.axvline(crossover, color="#c0392b", linestyle="--", linewidth=1)
+        axes.annotate(
+            f"crossover {crossover:,} tokens\n(attention FLOPs = linear FLOPs)",
+            (crossover, points[0].ttft_ms),
+            textcoords="offset points",
+            xytext=(6, 6),
+            fontsize=8,
+            color="#c0392b",
+        )
+    else:  # beyond the lengths drawn (or the model's context): said, not drawn off the axis
+        axes.annotate(
+            f"attention crossover at {crossover:,} tokens, outside the lengths shown",
+            (0.02, 0.95),
+            xycoords="axes fraction",
+            fontsize=8,
+            color="#c0392b",
+        )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("prompt tokens")
@@ -139,4 +153,57 @@ def prefill_curve_svg(answer: PrefillCurveResponse) -> str:
     target = answer.target
     axes.set_title(f"Prefill: {target.model} on {target.gpu} (tp {target.tp})")
     axes.grid(True, which="both", alpha=0.25)
+    return _svg(figure)
+
+
+def simulation_svg(
+    answer: SimulationResponse, ttft_slo_ms: float | None, tpot_slo_ms: float | None
+) -> str:
+    """A simulated replica: its queue over time (waiting and running requests), and its TTFT
+    and TPOT percentiles with the SLOs drawn."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    figure = Figure(figsize=(8, 7), dpi=100, layout="constrained")
+    queue_axes, ttft_axes, tpot_axes = figure.subplot_mosaic(
+        [["queue", "queue"], ["ttft", "tpot"]]
+    ).values()
+    times = [point.time_s for point in answer.queue]
+    queue_axes.step(
+        times, [p.running_requests for p in answer.queue], where="post", label="running"
+    )
+    queue_axes.step(
+        times, [p.waiting_requests for p in answer.queue], where="post", label="waiting"
+    )
+    queue_axes.set_xlabel("seconds since the first arrival")
+    queue_axes.set_ylabel("requests")
+    queue_axes.legend(loc="upper left", fontsize=8)
+    queue_axes.grid(True, alpha=0.25)
+    state = "saturated: the queue grows" if answer.saturated else "keeps up"
+    target = answer.target
+    queue_axes.set_title(
+        f"{target.model} on {target.gpu} (tp {target.tp}): {answer.requests_per_s:.2f} req/s, "
+        f"{state}"
+    )
+    for axes, name, latency, slo in (
+        (ttft_axes, "TTFT", answer.ttft_ms, ttft_slo_ms),
+        (tpot_axes, "TPOT", answer.tpot_ms, tpot_slo_ms),
+    ):
+        labels = ["p50", "p90", "p99"]
+        values = [latency.p50, latency.p90, latency.p99]
+        colors = ["#c0392b" if slo is not None and value > slo else "#1f4e79" for value in values]
+        axes.bar(labels, values, color=colors)
+        if slo is not None:
+            axes.axhline(slo, color="#c0392b", linestyle="--", linewidth=1)
+            axes.annotate(
+                f"SLO {slo:g} ms",
+                (0.02, slo),
+                xycoords=("axes fraction", "data"),
+                textcoords="offset points",
+                xytext=(0, 3),
+                fontsize=8,
+                color="#c0392b",
+            )
+        axes.set_ylabel(f"{name} (ms)")
+        axes.set_title(f"{name} percentiles", fontsize=10)
+        axes.grid(True, axis="y", alpha=0.25)
     return _svg(figure)

@@ -362,3 +362,17 @@ def test_speculative_decoding_pays_for_itself_only_with_a_cheap_drafter(
     refused = client.post("/v1/simulations", json=BODY | {"speculative": mtp})
     assert refused.status_code == 422
     assert any(e["field"] == "speculative.method" for e in refused.json()["errors"])
+
+
+def test_a_simulation_is_drawn_on_request(client: TestClient) -> None:
+    """Accept: image/svg+xml draws the queue over time and the percentiles against the SLOs;
+    JSON stays the default."""
+    body = BODY | {"slo": {"ttft_ms": 500, "tpot_ms": 50}}
+    chart = client.post("/v1/simulations", json=body, headers={"Accept": "image/svg+xml"})
+    assert chart.status_code == 200, chart.text
+    assert chart.headers["content-type"].startswith("image/svg+xml")
+    assert "<svg" in chart.text
+    for words in ("waiting", "running", "SLO 500 ms", "SLO 50 ms", "TTFT percentiles"):
+        assert words in chart.text, words
+    plain = client.post("/v1/simulations", json=body)
+    assert plain.headers["content-type"].startswith("application/json")

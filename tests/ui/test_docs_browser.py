@@ -112,3 +112,34 @@ def test_redoc_renders_offline(server: str, browser: object) -> None:
     page.goto(f"{server}/redoc")  # type: ignore[attr-defined]
     page.wait_for_selector("[data-section-id]", timeout=30_000)  # type: ignore[attr-defined]
     assert page.locator("[data-section-id]").count() >= 35  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_a_simulation_chart_renders_in_the_browser(server: str, browser: object) -> None:
+    """The SVG a simulation answers is drawn by Chromium: a visible chart with its panels' text
+    (queue, percentiles, the SLO lines) and nothing fetched from elsewhere."""
+    import httpx  # noqa: PLC0415
+
+    body = {
+        "model": "llama-3-8b",
+        "gpu": "h100-sxm5-80gb",
+        "slo": {"ttft_ms": 500, "tpot_ms": 50},
+        "workload": {
+            "requests_per_s": 6,
+            "num_requests": 300,
+            "prompt_tokens": {"p50": 1024, "p90": 2048, "p99": 4096},
+            "output_tokens": {"p50": 128, "p90": 256, "p99": 512},
+        },
+    }
+    svg = httpx.post(
+        f"{server}/v1/simulations", json=body, headers={"Accept": "image/svg+xml"}, timeout=60
+    )
+    assert svg.status_code == 200, svg.text
+    page, refused = _offline_page(browser, server)
+    page.set_content(svg.text)  # type: ignore[attr-defined]
+    box = page.locator("svg").bounding_box()  # type: ignore[attr-defined]
+    assert box is not None and box["width"] > 600 and box["height"] > 500
+    text = page.locator("svg").text_content()  # type: ignore[attr-defined]
+    for words in ("waiting", "running", "SLO 500 ms", "TPOT percentiles"):
+        assert words in text, words
+    assert refused == []
