@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 
 from app.catalog.orm import GpuRow
 from app.catalog.spec_cache import SpecCache
-from app.engine.simulation import SchedulerConfig
 from app.errors import InvalidInput, NotFound
 from app.formats.serving_results import (
     LoadMode,
@@ -33,6 +32,7 @@ from app.simulations.service import (
     KEYED_BUDGET,
     PercentilesQuery,
     PoissonQuery,
+    SchedulerChoice,
     SimulationJob,
     SimulationQuery,
     prepare_simulation,
@@ -69,7 +69,7 @@ class ServingRunNotFound(NotFound):
 class ServingUpload:
     tool: ServingTool
     target: TargetQuery
-    scheduler: SchedulerConfig
+    scheduler: SchedulerChoice
     result: str
     """The file's text."""
 

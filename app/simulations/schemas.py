@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.engine.simulation import PrefixCache, SchedulerConfig
+from app.engine.simulation import PrefixCache
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding
 from app.errors import spec_errors
 from app.simulations.service import (
@@ -18,6 +18,7 @@ from app.simulations.service import (
     LengthsQuery,
     PercentilesQuery,
     PoissonQuery,
+    SchedulerChoice,
     SimulationQuery,
 )
 from app.targets.schemas import TargetEcho, TargetRequest
@@ -189,20 +190,37 @@ class Workload(Input):
         )
 
 
-class SchedulerSettings(Input):
-    """The serving engine's scheduler, named as vLLM names its flags."""
+_ENGINE_DEFAULT = (
+    "Default: the engine's own for this GPU (vLLM V1, SGLang, TensorRT-LLM; see "
+    "docs/model.md), or Ridgeline's ({}) with the roofline."
+)
 
-    max_num_seqs: int = Field(
-        default=256, ge=1, le=65536, description="Most sequences running at once."
+
+class SchedulerSettings(Input):
+    """The serving engine's scheduler, named as vLLM names its flags. A setting left out is
+    the timing engine's own default on this GPU."""
+
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Most sequences running at once. " + _ENGINE_DEFAULT.format(256),
     )
-    max_num_batched_tokens: int = Field(
-        default=2048,
+    max_num_batched_tokens: int | None = Field(
+        default=None,
         ge=1,
         le=_MAX_TOKENS,
-        description="Token budget of one step: the prefill chunk size (at least max_num_seqs).",
+        description=(
+            "Token budget of one step: the prefill chunk size (at least max_num_seqs). "
+            + _ENGINE_DEFAULT.format(2048)
+        ),
     )
-    enable_chunked_prefill: bool = Field(
-        default=True, description="Split long prompts into chunks that share steps with decodes."
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description=(
+            "Split long prompts into chunks that share steps with decodes. "
+            + _ENGINE_DEFAULT.format("on")
+        ),
     )
     long_prefill_token_threshold: int = Field(
         default=0,
@@ -211,15 +229,23 @@ class SchedulerSettings(Input):
         description="Cap on one request's chunk per step (0: none), leaving budget for others.",
     )
 
-    def config(self) -> SchedulerConfig:
-        """The engine's scheduler; 422 naming the field when the settings cannot work."""
-        with spec_errors():
-            return SchedulerConfig(
-                max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens,
-                enable_chunked_prefill=self.enable_chunked_prefill,
-                long_prefill_token_threshold=self.long_prefill_token_threshold,
-            )
+    def config(self) -> SchedulerChoice:
+        """The settings given, the rest left to the engine's defaults."""
+        return SchedulerChoice(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+        )
+
+
+class SchedulerUsed(BaseModel):
+    """The scheduler a simulation ran."""
+
+    max_num_seqs: int = Field(description="Most sequences running at once.")
+    max_num_batched_tokens: int = Field(description="Token budget of one step.")
+    enable_chunked_prefill: bool = Field(description="Chunked prefill on.")
+    long_prefill_token_threshold: int = Field(description="Cap on one request's chunk.")
 
 
 class SimulationSlo(Input):
@@ -397,7 +423,9 @@ class SimulationResponse(BaseModel):
     token)."""
 
     target: TargetEcho = Field(description="What was simulated, resolved.")
-    scheduler: SchedulerSettings = Field(description="The scheduler settings used.")
+    scheduler: SchedulerUsed = Field(
+        description="The scheduler settings used: those given, the engine's defaults for the rest."
+    )
     kv_capacity_tokens: int = Field(description="The replica's KV cache, tokens.")
     num_requests: int = Field(description="Requests in the workload or trace.")
     ttft_ms: LatencyPercentiles = Field(description="Time to first token.")

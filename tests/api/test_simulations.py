@@ -376,3 +376,44 @@ def test_a_simulation_is_drawn_on_request(client: TestClient) -> None:
         assert words in chart.text, words
     plain = client.post("/v1/simulations", json=body)
     assert plain.headers["content-type"].startswith("application/json")
+
+
+@pytest.mark.parametrize(
+    ("engine", "gpu", "seqs", "budget", "chunked"),
+    [
+        # vLLM V1 serve: 1,024 sequences and 8,192 tokens on >= 70 GiB GPUs but A100s.
+        ("vllm", "h100-sxm5-80gb", 1024, 8192, True),
+        ("vllm", "a100-sxm4-80gb", 256, 2048, True),
+        # SGLang: chunked_prefill_size by memory; at least 2,048 running requests.
+        ("sglang", "h100-sxm5-80gb", 2048, 8192, True),
+        # TensorRT-LLM: max_num_tokens 8,192, max_batch_size 2,048, no chunked prefill.
+        ("trtllm", "h100-sxm5-80gb", 2048, 8192, False),
+        ("roofline", "h100-sxm5-80gb", 256, 2048, True),
+    ],
+)
+def test_scheduler_defaults_are_the_engines(
+    client: TestClient, engine: str, gpu: str, seqs: int, budget: int, chunked: bool
+) -> None:
+    workload = BODY["workload"] | {"num_requests": 20}
+    answer = client.post(
+        "/v1/simulations", json=BODY | {"engine": engine, "gpu": gpu, "workload": workload}
+    )
+    assert answer.status_code == 200, answer.text
+    scheduler = answer.json()["scheduler"]
+    assert (
+        scheduler["max_num_seqs"],
+        scheduler["max_num_batched_tokens"],
+        scheduler["enable_chunked_prefill"],
+    ) == (seqs, budget, chunked)
+    # What the request gives wins.
+    given = client.post(
+        "/v1/simulations",
+        json=BODY
+        | {
+            "engine": engine,
+            "gpu": gpu,
+            "workload": workload,
+            "scheduler": {"max_num_seqs": 64, "max_num_batched_tokens": 1024},
+        },
+    ).json()["scheduler"]
+    assert (given["max_num_seqs"], given["max_num_batched_tokens"]) == (64, 1024)
