@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response, status
+from fastapi import APIRouter, Header, Path, Request, Response, status
 
 from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, MAX_CANDIDATES
 from app.plans import service as plans
 from app.plans.schemas import PlanList, PlanRead, PlanRequest, PlanSummary
+from app.web.charts import SVG_MEDIA_TYPE, plan_svg, wants_svg
 from app.web.deps import (
     ApiKeyDep,
     HeavyWorkDep,
@@ -64,13 +65,24 @@ async def create_plan_route(
 @router.get(
     "/plans/{plan_id}",
     response_model=PlanRead,
-    summary="Get a stored plan",
-    responses=problem_responses(404),
+    summary="Get a stored plan (JSON, or its candidates drawn as cost against predicted p99)",
+    responses=problem_responses(404) | {200: {"content": {SVG_MEDIA_TYPE: {}}}},
 )
 async def get_plan_route(
     plan_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="Plan id.")],
     request: Request,
+    heavy: HeavyWorkDep,
+    accept: Annotated[
+        str | None,
+        Header(description="`image/svg+xml`: the candidates' cost against predicted p99."),
+    ] = None,
 ) -> Response:
+    if wants_svg(accept):
+        answer = await read_in_session(
+            request, lambda session: PlanRead.of(plans.get_plan(session, plan_id))
+        )
+        chart = await heavy.run(request, plan_svg, answer)
+        return Response(chart, media_type=SVG_MEDIA_TYPE)
     return await read_json(request, lambda session: PlanRead.of(plans.get_plan(session, plan_id)))
 
 

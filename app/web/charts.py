@@ -13,9 +13,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from app.estimates.schemas import PrefillCurveResponse, RooflineResponse
+    from app.plans.schemas import PlanRead
     from app.simulations.schemas import SimulationResponse
 
-__all__ = ["SVG_MEDIA_TYPE", "prefill_curve_svg", "roofline_svg", "simulation_svg", "wants_svg"]
+__all__ = [
+    "SVG_MEDIA_TYPE",
+    "plan_svg",
+    "prefill_curve_svg",
+    "roofline_svg",
+    "simulation_svg",
+    "wants_svg",
+]
 
 SVG_MEDIA_TYPE = "image/svg+xml"
 _TERA = 1e12
@@ -206,4 +214,56 @@ def simulation_svg(
         axes.set_ylabel(f"{name} (ms)")
         axes.set_title(f"{name} percentiles", fontsize=10)
         axes.grid(True, axis="y", alpha=0.25)
+    return _svg(figure)
+
+
+def plan_svg(answer: PlanRead) -> str:
+    """A plan's planned candidates as cost per hour against predicted p99 TTFT, the SLO drawn,
+    the cheapest marked; the infeasible and pruned ones counted in the title."""
+    figure, axes = _figure()
+    slo = answer.request.get("slo", {}).get("ttft_p99_ms")
+    planned = [c for c in answer.plans if c.feasible and c.predicted and c.cost_per_hour_usd]
+    for rank, candidate in enumerate(planned):
+        assert candidate.predicted is not None and candidate.cost_per_hour_usd is not None
+        best = rank == 0
+        axes.scatter(
+            candidate.predicted.ttft_p99_ms,
+            candidate.cost_per_hour_usd,
+            s=80 if best else 40,
+            color="#1e8449" if best else "#1f4e79",
+            zorder=3,
+        )
+        layout = f"tp {candidate.tp}" + (f" x dp {candidate.dp}" if candidate.dp > 1 else "")
+        layout += f" x pp {candidate.pp}" if candidate.pp > 1 else ""
+        axes.annotate(
+            f"{candidate.gpu} {layout}, {candidate.replicas} replica(s)"
+            + (" (cheapest)" if best else ""),
+            (candidate.predicted.ttft_p99_ms, candidate.cost_per_hour_usd),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize=8,
+        )
+    axes.margins(x=0.1, y=0.15)  # room for the labels inside the axes
+    if slo is not None:
+        axes.axvline(slo, color="#c0392b", linestyle="--", linewidth=1)
+        axes.annotate(
+            f"TTFT p99 SLO {slo:g} ms",
+            (slo, 0.02),
+            xycoords=("data", "axes fraction"),
+            textcoords="offset points",
+            xytext=(-4, 0),
+            ha="right",
+            fontsize=8,
+            color="#c0392b",
+        )
+    infeasible = sum(1 for c in answer.plans if not c.feasible)
+    axes.set_xlabel("predicted TTFT p99 at the planned load (ms)")
+    axes.set_ylabel("cost (USD per hour)")
+    model = answer.request.get("model", "")
+    axes.set_title(
+        f"Plan for {model}: {len(planned)} planned, {infeasible} infeasible, "
+        f"{len(answer.pruned)} pruned",
+        fontsize=10,
+    )
+    axes.grid(True, alpha=0.25)
     return _svg(figure)

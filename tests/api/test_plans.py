@@ -356,3 +356,18 @@ def test_a_plan_over_its_step_budget_is_refused_before_it_runs(client: TestClien
     error = response.json()["errors"][0]
     assert error["field"] == "probe_requests"
     assert "known before any ran" in error["message"]
+
+
+def test_a_stored_plan_is_drawn_on_request(client: TestClient) -> None:
+    """GET with Accept: image/svg+xml draws the candidates' cost against predicted p99 TTFT,
+    the cheapest marked and the SLO drawn; JSON stays the default."""
+    created = post_plan(client, tp_candidates=[1, 2])
+    location = f"/v1/plans/{created['id']}"
+    chart = client.get(location, headers={"Accept": "image/svg+xml"})
+    assert chart.status_code == 200, chart.text
+    assert chart.headers["content-type"].startswith("image/svg+xml")
+    for words in ("cheapest", "TTFT p99 SLO 1000 ms", "cost (USD per hour)"):
+        assert words in chart.text, words
+    assert client.get(location).headers["content-type"].startswith("application/json")
+    missing = client.get("/v1/plans/" + "0" * 32, headers={"Accept": "image/svg+xml"})
+    assert missing.status_code == 404

@@ -143,3 +143,40 @@ def test_a_simulation_chart_renders_in_the_browser(server: str, browser: object)
     for words in ("waiting", "running", "SLO 500 ms", "TPOT percentiles"):
         assert words in text, words
     assert refused == []
+
+
+@pytest.mark.slow
+def test_a_plan_chart_renders_in_the_browser(server: str, browser: object) -> None:
+    """A stored plan drawn as SVG: Chromium shows the axes, the cheapest candidate and the SLO."""
+    import httpx  # noqa: PLC0415
+
+    body = {
+        "model": "llama-3-8b",
+        "gpus": ["h100-sxm5-80gb"],
+        "tp_candidates": [1, 2],
+        "traffic": {
+            "requests_per_s": 10,
+            "prompt_tokens": {"p50": 1024, "p90": 2048, "p99": 4096},
+            "output_tokens": {"p50": 128, "p90": 256, "p99": 512},
+        },
+        "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+        "probe_requests": 1000,
+    }
+    created = httpx.post(
+        f"{server}/v1/plans",
+        json=body,
+        headers={"Authorization": f"Bearer {TEST_API_KEY}"},
+        timeout=120,
+    )
+    assert created.status_code == 201, created.text
+    svg = httpx.get(
+        f"{server}{created.headers['location']}", headers={"Accept": "image/svg+xml"}, timeout=60
+    )
+    page, refused = _offline_page(browser, server)
+    page.set_content(svg.text)  # type: ignore[attr-defined]
+    box = page.locator("svg").bounding_box()  # type: ignore[attr-defined]
+    assert box is not None and box["width"] > 600
+    text = page.locator("svg").text_content()  # type: ignore[attr-defined]
+    for words in ("cheapest", "TTFT p99 SLO 1000 ms", "cost (USD per hour)"):
+        assert words in text, words
+    assert refused == []
