@@ -322,7 +322,7 @@ class StepCostModel:
         """Under ep, the busiest GPU's routed work over the mean: the traffic's skew
         (`Deployment.imbalance`) times the randomness of routing few tokens
         (`straggler_factor`), which dominates small decode batches. 1 without ep."""
-        if self._imbalance == 1.0:
+        if self.deployment.ep == 1:
             return 1.0
         picks = round(replica_tokens) * self._experts_per_token
         return self._imbalance * straggler_factor(picks, self.deployment.ep)

@@ -201,3 +201,13 @@ def test_few_tokens_routed_over_many_gpus_leave_one_busiest() -> None:
     assert experts[OpClass.MOE_EXPERTS].compute_s == pytest.approx(
         1.3 * straggler_factor(8, 8) * c.expert_flops_per_token / 1978.9e12
     )
+
+
+def test_a_perfectly_balanced_traffic_still_has_routings_straggler() -> None:
+    """expert_imbalance 1 removes the traffic's skew, not the randomness of few tokens."""
+    balanced = StepCostModel(DEEPSEEK, H200, replace(FP8, dp=8, ep=8, expert_imbalance=1.0))
+    experts = {op.op_class: op for op in balanced.breakdown(decode_load(1, 1000)).ops}
+    c = balanced.coefficients
+    assert experts[OpClass.MOE_EXPERTS].compute_s == pytest.approx(
+        straggler_factor(8, 8) * c.expert_flops_per_token / 1978.9e12
+    )
