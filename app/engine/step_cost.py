@@ -270,19 +270,15 @@ class StepCostModel:
         if tokens <= 0:
             return 0.0
         replica_tokens = tokens  # what the experts, spread over tp x dp GPUs, see
-        if self._dp > 1:
-            # Each attention data-parallel rank runs its share of the sequences.
-            share = 1.0 / self._dp
-            prefill_tokens *= share  # type: ignore[assignment]
-            prefill_chunks *= share  # type: ignore[assignment]
-            prefill_attention_pairs *= share
-            prefill_kv_tokens *= share  # type: ignore[assignment]
-            decode_seqs *= share  # type: ignore[assignment]
-            decode_context_tokens *= share  # type: ignore[assignment]
-            tokens = prefill_tokens + decode_seqs
-        if self._windowed:
-            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
-                self.coefficients,
+        if self._dp > 1 or self._windowed:
+            (
+                prefill_tokens,
+                prefill_chunks,
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,
+                decode_context_tokens,
+            ) = self._rank_view(  # type: ignore[assignment]
                 prefill_tokens,
                 prefill_chunks,
                 prefill_attention_pairs,
@@ -290,6 +286,7 @@ class StepCostModel:
                 decode_seqs,
                 decode_context_tokens,
             )
+            tokens = prefill_tokens + decode_seqs
         sequences = prefill_chunks + decode_seqs
         total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
         total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
@@ -316,6 +313,45 @@ class StepCostModel:
             + self._comm_latency_s
             + self._layout_seconds(replica_tokens)
             + self._overhead_s
+        )
+
+    def _rank_view(  # noqa: PLR0917 - positional: StepLoad's fields, in step loops
+        self,
+        prefill_tokens: float,
+        prefill_chunks: float,
+        prefill_attention_pairs: float,
+        prefill_kv_tokens: float,
+        decode_seqs: float,
+        decode_context_tokens: float,
+    ) -> tuple[float, float, float, float, float, float]:
+        """The step fields one attention data-parallel rank runs (its share of the sequences;
+        fractional counts are averages), with the windowed layers' bound applied: what the op
+        classes are timed on (`step_seconds`, and the profiled timer's)."""
+        if self._dp > 1:
+            share = 1.0 / self._dp
+            prefill_tokens *= share
+            prefill_chunks *= share
+            prefill_attention_pairs *= share
+            prefill_kv_tokens *= share
+            decode_seqs *= share
+            decode_context_tokens *= share
+        if self._windowed:
+            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(
+                self.coefficients,
+                prefill_tokens,  # type: ignore[arg-type]
+                prefill_chunks,  # type: ignore[arg-type]
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,  # type: ignore[arg-type]
+                decode_context_tokens,
+            )
+        return (
+            prefill_tokens,
+            prefill_chunks,
+            prefill_attention_pairs,
+            prefill_kv_tokens,
+            decode_seqs,
+            decode_context_tokens,
         )
 
     def _straggler(self, replica_tokens: float) -> float:

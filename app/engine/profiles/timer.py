@@ -36,7 +36,6 @@ from collections.abc import Mapping
 
 from app.engine.counting import (
     OpClass,
-    bounded_by_window,
     window_bounded,
 )
 from app.engine.dtypes import DType
@@ -312,21 +311,15 @@ class ProfiledStepCost(StepCostModel):
         if tokens <= 0:
             return 0.0
         replica_tokens = tokens
-        if self._dp > 1:
-            dp = self._dp
-            prefill_tokens, prefill_chunks = round(prefill_tokens / dp), round(prefill_chunks / dp)
-            prefill_attention_pairs, prefill_kv_tokens = (
-                prefill_attention_pairs / dp,
-                round(prefill_kv_tokens / dp),
-            )
-            decode_seqs, decode_context_tokens = (
-                round(decode_seqs / dp),
-                round(decode_context_tokens / dp),
-            )
-            tokens = max(1, prefill_tokens + decode_seqs)
-        if self._windowed:
-            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(  # type: ignore[assignment]
-                self.coefficients,
+        if self._dp > 1 or self._windowed:
+            (
+                prefill_tokens,
+                prefill_chunks,
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,
+                decode_context_tokens,
+            ) = self._rank_view(  # type: ignore[assignment]
                 prefill_tokens,
                 prefill_chunks,
                 prefill_attention_pairs,
@@ -334,6 +327,7 @@ class ProfiledStepCost(StepCostModel):
                 decode_seqs,
                 decode_context_tokens,
             )
+            tokens = prefill_tokens + decode_seqs
         sequences = prefill_chunks + decode_seqs
         rows = tokens
         if not prefill_tokens:
