@@ -466,11 +466,26 @@ def _layouts(
 ) -> list[Deployment]:
     """The layouts beyond plain tp that `assess_tp(layouts=True)` weighs."""
     found = moe_layouts(formats, candidates, gpus_per_node) if model.moe is not None else []
-    widest = max((tp for tp in candidates if tp <= gpus_per_node), default=1)
+    widest, pipelines, _ = beyond_a_node(model, formats, candidates, gpus_per_node)
     try:
-        at_widest = weight_bytes_per_gpu(model, replace(formats, tp=widest), params=params)
+        at_widest = weight_bytes_per_gpu(model, widest, params=params)
     except SpecError:
         return found
     if at_widest > gpu.memory_bytes:
-        found += [replace(formats, tp=widest, pp=pp) for pp in (2, 4)]
+        found += pipelines
     return found
+
+
+def beyond_a_node(
+    model: ModelSpec, formats: Deployment, tp_candidates: Sequence[int], gpus_per_node: int
+) -> tuple[Deployment, list[Deployment], list[Deployment]]:
+    """For a model that may not fit one node: the widest tp within a node, two and four
+    pipeline stages of it, and (an MoE model) dp x ep over two and four nodes."""
+    widest = max((tp for tp in tp_candidates if tp <= gpus_per_node), default=1)
+    pipelines = [replace(formats, tp=widest, pp=pp) for pp in (2, 4)]
+    nodes = (
+        [replace(formats, tp=1, dp=gpus_per_node * n, ep=gpus_per_node * n) for n in (2, 4)]
+        if model.moe is not None
+        else []
+    )
+    return replace(formats, tp=widest), pipelines, nodes

@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
+from app.engine.parallelism import layout_label
+from app.engine.specs import Deployment
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -233,8 +236,9 @@ def plan_svg(answer: PlanRead) -> str:
             color="#1e8449" if best else "#1f4e79",
             zorder=3,
         )
-        layout = f"tp {candidate.tp}" + (f" x dp {candidate.dp}" if candidate.dp > 1 else "")
-        layout += f" x pp {candidate.pp}" if candidate.pp > 1 else ""
+        layout = layout_label(
+            Deployment(tp=candidate.tp, pp=candidate.pp, dp=candidate.dp, ep=candidate.ep)
+        )
         axes.annotate(
             f"{candidate.gpu} {layout}, {candidate.replicas} replica(s)"
             + (" (cheapest)" if best else ""),

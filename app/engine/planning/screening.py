@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from app.engine.counting import validate_layout
 from app.engine.memory import memory_plan, weight_bytes_per_gpu
-from app.engine.parallelism import layout_reasons, moe_layouts
+from app.engine.parallelism import beyond_a_node, layout_reasons, moe_layouts
 from app.engine.planning.analysis import (
     LoadStats,
     capacity_bound,
@@ -360,19 +360,13 @@ def layouts(
 
     node = options.gpus_per_node
     if model.moe is not None:
-        moe = moe_layouts(formats, options.tp_candidates, options.gpus_per_node)
+        moe = moe_layouts(formats, options.tp_candidates, node)
         found += [layout for layout in moe if fits(layout)]
-    widest = max((tp for tp in options.tp_candidates if tp <= node), default=1)
-    if not fits(replace(formats, tp=widest)):
-        for pp in (2, 4):
-            layout = replace(formats, tp=widest, pp=pp)
-            if fits(layout):
-                found.append(layout)
-                break
-        if model.moe is not None:
-            for nodes in (2, 4):
-                layout = replace(formats, tp=1, dp=node * nodes, ep=node * nodes)
-                if fits(layout):
-                    found.append(layout)
-                    break
+    widest, pipelines, across_nodes = beyond_a_node(model, formats, options.tp_candidates, node)
+    if not fits(widest):
+        # The fewest stages, and the fewest nodes, that hold it.
+        for group in (pipelines, across_nodes):
+            first = next((layout for layout in group if fits(layout)), None)
+            if first is not None:
+                found.append(first)
     return found
