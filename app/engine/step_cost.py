@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from app.engine.counting import (
     ATTENTION_OP_CLASSES,
@@ -49,7 +50,13 @@ from app.engine.step_load import StepLoad
 from app.engine.timing import Bound, OpTime, StepTime, allreduce_seconds
 from app.engine.units import MS_PER_S
 
+T = TypeVar("T")
+
 __all__ = ["StepCostModel", "decode_load", "prefill_load"]
+
+_MEMO_SIZE = 1 << 16
+"""At most this many entries in each of one `StepCostModel`'s memos (token counts of a step's
+rows, counts of its sequences)."""
 
 
 def prefill_load(
@@ -87,6 +94,7 @@ class StepCostModel:
         "_comm_s_per_token",
         "_decode_pair_c",
         "_decode_qo_kv_s",
+        "_derived",
         "_dp",
         "_exp_a",
         "_exp_c",
@@ -101,6 +109,7 @@ class StepCostModel:
         "_has_ffn",
         "_has_layout_comm",
         "_has_moe",
+        "_head_memo",
         "_imbalance",
         "_kv_s",
         "_layout_latency_s",
@@ -121,6 +130,7 @@ class StepCostModel:
         "_router_a",
         "_router_c",
         "_router_w",
+        "_rows_memo",
         "_stage_s_per_token",
         "_windowed",
         "attention_dtype",
@@ -225,6 +235,21 @@ class StepCostModel:
             layout_communication(model, gpu, deployment, efficiency, c)
         )
         self._has_layout_comm = deployment.is_layout
+        # Whole token counts -> the linear op classes' seconds (`_rows_seconds`), and whole
+        # sequence counts -> the LM head's (`_head_seconds`): pure functions of one count each,
+        # so `step_seconds` adds the same floats in the same order from the memos.
+        self._rows_memo: dict[int, float] = {}
+        self._head_memo: dict[int, float] = {}
+        self._derived: dict[str, Any] = {}
+
+    def derived(self, name: str, make: Callable[[], T]) -> T:
+        """What `make()` computes from this model's specs alone (no load), kept on the model
+        under `name`, one of a few fixed names: a cost model is built once per target and asked
+        many times. `make` must be pure."""
+        found = self._derived.get(name, self._derived)
+        if found is self._derived:
+            found = self._derived[name] = make()
+        return cast("T", found)
 
     @property
     def request_overhead_s(self) -> float:
@@ -287,16 +312,12 @@ class StepCostModel:
                 decode_context_tokens,
             )
             tokens = prefill_tokens + decode_seqs
-        sequences = prefill_chunks + decode_seqs
-        total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
-        total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
-        if self._has_ffn:
-            total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
-        if self._has_moe:
-            total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
-            total += self._experts_seconds(replica_tokens)
-        if sequences > 0:
-            total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+            total = self._linear_seconds(tokens, replica_tokens, prefill_chunks + decode_seqs)
+        elif tokens.__class__ is int and prefill_chunks.__class__ is int:
+            # Whole counts (what the simulator passes): memoised, the same floats.
+            total = self._rows_seconds(tokens) + self._head_seconds(prefill_chunks + decode_seqs)
+        else:
+            total = self._linear_seconds(tokens, replica_tokens, prefill_chunks + decode_seqs)
         if prefill_tokens > 0:
             total += max(
                 prefill_attention_pairs * self._pair_c + prefill_kv_tokens * self._expand_c,
@@ -307,13 +328,104 @@ class StepCostModel:
                 decode_context_tokens * self._decode_pair_c + decode_seqs * self._absorb_c,
                 decode_seqs * self._decode_qo_kv_s + decode_context_tokens * self._kv_s,
             )
-        return (
-            total
-            + tokens * self._comm_s_per_token
-            + self._comm_latency_s
-            + self._layout_seconds(replica_tokens)
-            + self._overhead_s
-        )
+        if self._has_layout_comm:
+            return (
+                total
+                + tokens * self._comm_s_per_token
+                + self._comm_latency_s
+                + self._layout_seconds(replica_tokens)
+                + self._overhead_s
+            )
+        # `_layout_seconds` is 0.0 here, and adding 0.0 to a positive sum changes nothing.
+        return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
+
+    def step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
+        """`step_seconds` for whole counts as a closure over this model's constants: the same
+        floats in the same order, about twice as fast (the simulator times each step that
+        has prefill work with it). `step_seconds` itself for a subclass that overrides it and
+        for layouts with data-parallel ranks, windowed layers or communication beyond TP."""
+        if (
+            type(self).step_seconds is not StepCostModel.step_seconds
+            or self._dp > 1
+            or self._windowed
+            or self._has_layout_comm
+        ):
+            return self.step_seconds
+        rows_memo, rows = self._rows_memo, self._rows_seconds
+        head_memo, head = self._head_memo, self._head_seconds
+        pair_c, expand_c, qo_kv_s, kv_s = self._pair_c, self._expand_c, self._qo_kv_s, self._kv_s
+        decode_pair_c, absorb_c = self._decode_pair_c, self._absorb_c
+        decode_qo_kv_s = self._decode_qo_kv_s
+        comm_s_per_token, comm_latency_s = self._comm_s_per_token, self._comm_latency_s
+        overhead_s = self._overhead_s
+
+        def step_seconds(  # noqa: PLR0917 - StepLoad's fields, as `step_seconds` takes them
+            prefill_tokens: int,
+            prefill_chunks: int,
+            prefill_attention_pairs: float,
+            prefill_kv_tokens: int,
+            decode_seqs: int,
+            decode_context_tokens: int,
+        ) -> float:
+            tokens = prefill_tokens + decode_seqs
+            if tokens <= 0:
+                return 0.0
+            total = rows_memo.get(tokens)
+            if total is None:
+                total = rows(tokens)
+            sequences = prefill_chunks + decode_seqs
+            lm_s = head_memo.get(sequences)
+            total += head(sequences) if lm_s is None else lm_s
+            # `max(a, b)` written out (a branch is cheaper than the call): a unless b > a.
+            if prefill_tokens > 0:
+                compute = prefill_attention_pairs * pair_c + prefill_kv_tokens * expand_c
+                memory = prefill_tokens * qo_kv_s + prefill_kv_tokens * kv_s
+                total += memory if memory > compute else compute
+            if decode_seqs > 0:
+                compute = decode_context_tokens * decode_pair_c + decode_seqs * absorb_c
+                memory = decode_seqs * decode_qo_kv_s + decode_context_tokens * kv_s
+                total += memory if memory > compute else compute
+            return total + tokens * comm_s_per_token + comm_latency_s + overhead_s
+
+        return step_seconds
+
+    def _linear_seconds(self, tokens: float, replica_tokens: float, sequences: float) -> float:
+        """The linear op classes (QKV, O, FFN, MoE) of `tokens` rows and the LM head of
+        `sequences`, summed in `step_seconds`' order (`replica_tokens`: the experts')."""
+        total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
+        total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
+        if self._has_ffn:
+            total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
+        if self._has_moe:
+            total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
+            total += self._experts_seconds(replica_tokens)
+        if sequences > 0:
+            total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+        return total
+
+    def _rows_seconds(self, tokens: int) -> float:
+        """`_linear_seconds(tokens, tokens, 0)` (no data-parallel ranks), memoised."""
+        memo = self._rows_memo
+        total = memo.get(tokens)
+        if total is None:
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()  # bounded; a run's steps span a few thousand token counts
+            total = memo[tokens] = self._linear_seconds(tokens, tokens, 0)
+        return total
+
+    def _head_seconds(self, sequences: int) -> float:
+        """The LM head of `sequences` (0 s for none), memoised: `_linear_seconds` adds it
+        last, so `_rows_seconds(t) + _head_seconds(s)` is the same float."""
+        memo = self._head_memo
+        head_s = memo.get(sequences)
+        if head_s is None:
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            head_s = 0.0
+            if sequences > 0:
+                head_s = max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
+            memo[sequences] = head_s
+        return head_s
 
     def _rank_view(  # noqa: PLR0917 - positional: StepLoad's fields, in step loops
         self,

@@ -11,8 +11,13 @@ every step takes, within a budget of `max_num_batched_tokens` tokens,
 2. the partially prefilled requests, in admission order, each up to the remaining budget (and up
    to `long_prefill_token_threshold` tokens when that is set);
 3. waiting requests, first come first served, each taking up to the remaining budget as its
-   first chunk, while running sequences stay within `max_num_seqs` and the head of the queue's
-   prompt blocks fit the KV cache (a head that does not fit blocks the queue: FCFS, no skipping).
+   first chunk, while running sequences stay within `max_num_seqs` and the blocks of the head of
+   the queue's first chunk fit the KV cache (a head that does not fit blocks the queue: FCFS, no
+   skipping).
+
+vLLM V1 walks its running requests in admission order, decodes and partial prefills alike;
+taking the decodes first differs only when an older partial prefill's chunk (capped by
+`long_prefill_token_threshold`) would leave a newer decode no budget.
 
 A chunk of q prompt tokens after c computed ones costs `q*c + q*(q+1)/2` causal attention pairs.
 
@@ -33,16 +38,18 @@ before the waiting queue and takes the whole remaining budget, as vLLM v1 does b
 `long_prefill_token_threshold` (vLLM's knob of the same name) to cap one request's chunk per step
 and leave budget for the short requests behind it.
 
-KV cache: `kv_capacity_tokens` in blocks of `block_tokens`. A request holds
-`ceil((prompt + computed output tokens) / block_tokens)` blocks. A waiting request is admitted only
-when the blocks for its whole prompt fit (vLLM v0's `can_allocate`; the blocks are reserved for
-all its chunks). A decode that needs a new block when none is free preempts the most recently
-admitted running request (its blocks are freed, it goes back to the head of the queue and later
-recomputes its prompt plus the tokens it had generated; that recompute emits its next token),
-repeated until the rest fit; no request is admitted in a step that preempted. A request whose
-prompt plus output (less the last token, whose KV is never written) cannot fit in the whole cache
-would never finish (it would preempt itself forever), and is rejected at arrival: counted, not
-simulated. This includes every prompt that alone exceeds the cache.
+KV cache: `kv_capacity_tokens` in blocks of `block_tokens`, allocated as vLLM V1 allocates them
+(`Scheduler.schedule` in vllm/v1/core/sched/scheduler.py): a request holds the blocks of the
+tokens it has computed. A waiting request is admitted when the blocks of its first chunk fit (not
+its whole prompt: V1 reserves nothing ahead); each later chunk takes its own blocks, and a decode
+takes one block when its token starts one. When the running requests' blocks for a step do not
+fit, the most recently admitted running request is preempted (recompute: its blocks are freed, it
+goes back to the head of the queue and later recomputes its prompt plus the tokens it had
+generated, which emits its next token), again until the rest fit; no request is admitted in a step
+that preempted. A request whose prompt plus output (less the last token, whose KV is never
+written) cannot fit in the whole cache would never finish (it would preempt itself forever), and
+is rejected at arrival: counted, not simulated. This includes every prompt that alone exceeds the
+cache.
 
 Time accounting. The first token is emitted at the end of the step that completes a request's
 prefill: TTFT = that time minus arrival. Each later token is emitted at the end of a decode step;
@@ -57,10 +64,11 @@ refused before it starts, and one that reaches the cap stops there; both raise
 (a resolution of 0.1 us), or step times are lost in rounding.
 
 Speed: decodes are kept in aggregate (their count, the sum of their contexts, how many cross a
-block boundary at each step modulo `block_tokens`, a heap of finishing steps), so a step costs a
-few Python operations whatever the batch size. Steps with prefill work call the timer; decode-only
-steps, most of a run, interpolate memoised timer calls (see `simulate`). 100,000 requests at 70 %
-of a replica's capacity take about a second (scripts/bench_simulator.py).
+block boundary at each step modulo `block_tokens`, a heap of finishing steps). Steps with prefill
+work call the timer; decode-only steps interpolate memoised timer calls (see `simulate`), and a
+stretch of them that nothing can change (no finish, arrival, queue sample or admission before its
+end, every decode's blocks free) runs as one group summed in closed form (`_Run.execute`).
+scripts/bench_simulator.py times 100,000 requests at several loads.
 """
 
 from app.engine.simulation.config import (
@@ -71,6 +79,12 @@ from app.engine.simulation.config import (
     StepTimer,
     UnchunkedPolicy,
     kv_capacity_tokens,
+)
+from app.engine.simulation.disaggregated import (
+    DisaggregatedResult,
+    KvLink,
+    Pool,
+    simulate_disaggregated,
 )
 from app.engine.simulation.loop import simulate
 from app.engine.simulation.results import (
@@ -87,7 +101,10 @@ __all__ = [
     "SATURATION_GROWTH_FRACTION",
     "SATURATION_Z",
     "ClosedLoop",
+    "DisaggregatedResult",
+    "KvLink",
     "Percentiles",
+    "Pool",
     "PrefixCache",
     "QueueSample",
     "RequestTimes",
@@ -101,4 +118,5 @@ __all__ = [
     "kv_capacity_tokens",
     "minimum_steps",
     "simulate",
+    "simulate_disaggregated",
 ]

@@ -110,6 +110,11 @@ class SchedulerConfig:
 
     `long_prefill_token_threshold` caps the prefill chunk one request gets per step (0: no cap,
     vLLM's default); it applies with chunked prefill only.
+
+    `num_scheduler_steps` is vLLM V0's `--num-scheduler-steps` (multi-step scheduling): the
+    scheduler decides once every n decode steps; in between the running decodes step on, no
+    request is admitted and no prefill chunk runs, so a new request's first token waits for the
+    group to end (requests still leave at their last token). 1, the default, decides every step.
     """
 
     max_num_seqs: int = 256
@@ -117,6 +122,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     unchunked_policy: UnchunkedPolicy = UnchunkedPolicy.PREFILL_FIRST
     long_prefill_token_threshold: int = 0
+    num_scheduler_steps: int = 1
 
     def for_ranks(self, dp: int) -> SchedulerConfig:
         """The replica's budgets when `dp` attention data-parallel ranks each schedule with
@@ -149,3 +155,8 @@ class SchedulerConfig:
             )
         if self.long_prefill_token_threshold < 0:
             raise SpecError("scheduler.long_prefill_token_threshold", "must not be negative")
+        if self.num_scheduler_steps < 1:
+            raise SpecError(
+                "scheduler.num_scheduler_steps",
+                f"must be at least 1, got {self.num_scheduler_steps}",
+            )

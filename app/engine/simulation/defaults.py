@@ -12,15 +12,28 @@ setting out, so that the answer is the engine's as a team launches it.
   2048, chunked prefill off: whole prompts join the running decodes in one step.
 - The roofline (no engine named) keeps Ridgeline's own defaults: 256 sequences, 2048-token
   chunks.
+
+Multi-step scheduling (`SchedulerConfig.num_scheduler_steps` above 1) is vLLM V0's
+`--num-scheduler-steps`: added by vllm-project/vllm#7000 (August 2024, first released in 0.6.0),
+removed with V0's multi-step code by vllm-project/vllm#22138 (August 2025, after 0.10.0). From
+0.8 the V1 engine is the default and the flag makes vLLM fall back to V0 (`_is_v1_supported_oracle`
+in vllm/engine/arg_utils.py). V1 itself, SGLang and TensorRT-LLM have no such setting; the roofline
+(no engine named) simulates it as asked.
 """
 
 from __future__ import annotations
+
+import re
 
 from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
 from app.engine.specs import GpuSpec
 from app.engine.units import GB, GIB
 
-__all__ = ["engine_scheduler"]
+__all__ = ["MULTI_STEP_VLLM_VERSIONS", "engine_scheduler", "multi_step_refusal"]
+
+MULTI_STEP_VLLM_VERSIONS = ((0, 6, 0), (0, 10, 0))
+"""The first and last vLLM releases with `--num-scheduler-steps` (see the module docstring)."""
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def engine_scheduler(engine: str | None, gpu: GpuSpec) -> SchedulerConfig:
@@ -51,3 +64,30 @@ def engine_scheduler(engine: str | None, gpu: GpuSpec) -> SchedulerConfig:
             unchunked_policy=UnchunkedPolicy.MIXED,
         )
     return SchedulerConfig()
+
+
+def multi_step_refusal(engine: str | None) -> str | None:
+    """Why `engine` (as `engine_scheduler` takes it) cannot run more than one scheduler step
+    per decision, or None when it can: the roofline, and vLLM 0.6.0 to 0.10.0 (V0)."""
+    if not engine:
+        return None
+    name, _, version = engine.partition("@")
+    first, last = MULTI_STEP_VLLM_VERSIONS
+    span = f"{'.'.join(map(str, first))} to {'.'.join(map(str, last))}"
+    if name == "vllm":
+        match = _VERSION.match(version)
+        numbers = tuple(int(part or 0) for part in match.groups()) if match else None
+        if numbers is not None and first <= numbers <= last:
+            return None
+        if numbers is not None and numbers < first:
+            why = "predates multi-step scheduling"
+        else:
+            why = "runs vLLM's V1 engine, which has no multi-step scheduling"
+        return (
+            f"{engine} {why}: --num-scheduler-steps was the V0 engine's, in vLLM {span}; leave "
+            "it at 1 or time the steps with a profile of such a version or the roofline"
+        )
+    return (
+        f"{engine} has no multi-step scheduling (vLLM V0's --num-scheduler-steps, vLLM {span}); "
+        "leave it at 1 or time the steps with the roofline"
+    )

@@ -24,6 +24,7 @@ from app.engine.simulation.stats import QUEUE_SAMPLES, summarise
 from app.engine.simulation.step_table import DecodeStepTable, checked
 from app.engine.simulation.work import minimum_steps
 from app.engine.specs import SpecError
+from app.engine.step_cost import StepCostModel
 from app.engine.step_load import StepLoad
 from app.engine.workload import Trace
 
@@ -70,9 +71,11 @@ def simulate(
     latencies of a saturated run measure this trace's length, not a steady state.
 
     Steps with prefill work are timed by one `timer` call each. Decode-only steps, the bulk of
-    a run, are interpolated in the context between memoised timer calls (see `_DecodeStepTable`:
+    a run, are interpolated in the context between memoised timer calls (see `DecodeStepTable`:
     exact for a timer affine in the decode context, within its curvature over 1/64 of the mean
-    context otherwise); `exact_step_times` calls the timer for every step instead (slower).
+    context otherwise), and stretches of them that nothing can change run as one group summed
+    in closed form (`_Run.execute`); `exact_step_times` calls the timer for every step, one step
+    at a time, instead (slower; tests/engine/test_simulator_fast_path.py compares the two).
 
     `max_steps` (None: no limit) caps the forward steps: `SimulationTooLong` before the run when
     `minimum_steps` already exceeds it, or when the run reaches it.
@@ -80,6 +83,52 @@ def simulate(
     Deterministic: the same inputs give the same result. `SpecError` for an impossible setup,
     including a timer that returns a step time that is not positive.
     """
+    run = _run(
+        trace,
+        timer,
+        kv_capacity_tokens=kv_capacity_tokens,
+        block_tokens=block_tokens,
+        scheduler=scheduler,
+        ttft_slo_ms=ttft_slo_ms,
+        tpot_slo_ms=tpot_slo_ms,
+        exact_step_times=exact_step_times,
+        max_steps=max_steps,
+        closed_loop=closed_loop,
+        prefix_cache=prefix_cache,
+    )
+    request_overhead_s = float(getattr(timer, "request_overhead_s", 0.0))
+    if closed_loop is not None:
+        # The arrivals are when the users sent them; a loop's backlog cannot grow.
+        trace = Trace(
+            arrival_s=np.array(run.arrival_s, dtype=np.float64),
+            prompt_tokens=trace.prompt_tokens,
+            output_tokens=trace.output_tokens,
+        )
+    return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
+
+
+def _run(
+    trace: Trace,
+    timer: StepTimer,
+    *,
+    kv_capacity_tokens: int,
+    block_tokens: int,
+    scheduler: SchedulerConfig | None,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+    exact_step_times: bool,
+    max_steps: int | None,
+    closed_loop: ClosedLoop | None,
+    prefix_cache: PrefixCache | None,
+    prefilled_s: NDArray[np.float64] | None = None,
+) -> _Run:
+    """Validate `simulate`'s arguments and run the trace (see `simulate`).
+
+    `prefilled_s` makes it a disaggregated decode pool's run: request i arrives (at its
+    `arrival_s`, once its KV has come over) with its prompt's KV present and its first token
+    emitted at `prefilled_s[i]` by the prefill pool. Admission takes its prompt's blocks and its
+    first step computes that one token (its KV, and the second token); a request of one token
+    is done at `prefilled_s[i]` and never enters the pool."""
     config = scheduler if scheduler is not None else SchedulerConfig()
     if block_tokens < 1:
         raise SpecError("block_tokens", f"must be at least 1, got {block_tokens}")
@@ -100,7 +149,12 @@ def simulate(
         getattr(timer, "kv_window", None), capacity_blocks, peak_blocks, block_tokens
     )
     cached = np.zeros_like(peak_blocks)
-    if prefix_cache is not None:
+    if prefilled_s is not None:
+        if prefix_cache is not None or closed_loop is not None:
+            raise SpecError("prefilled_s", "a decode pool's run takes no prefix cache or loop")
+        if len(prefilled_s) != len(trace):
+            raise SpecError("prefilled_s", f"needs {len(trace)} times, got {len(prefilled_s)}")
+    elif prefix_cache is not None:
         cached = prefix_cache.cached_tokens(trace.prompt_tokens, block_tokens)
         # A shared prefix stays in the cache, held once.
         capacity_blocks -= -(-prefix_cache.shared_prefix_tokens // block_tokens)
@@ -132,17 +186,10 @@ def simulate(
         block_tokens=block_tokens,
         exact_step_times=exact_step_times,
         max_steps=max_steps,
+        prefilled_s=None if prefilled_s is None else prefilled_s.tolist(),
     )
     run.execute()
-    request_overhead_s = float(getattr(timer, "request_overhead_s", 0.0))
-    if closed_loop is not None:
-        # The arrivals are when the users sent them; a loop's backlog cannot grow.
-        trace = Trace(
-            arrival_s=np.array(run.arrival_s, dtype=np.float64),
-            prompt_tokens=trace.prompt_tokens,
-            output_tokens=trace.output_tokens,
-        )
-    return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
+    return run
 
 
 def _windowed_blocks(
@@ -188,6 +235,7 @@ class _Run:
         max_steps: int | None = None,
         closed_loop: ClosedLoop | None = None,
         cached_tokens: list[int] | None = None,
+        prefilled_s: list[float] | None = None,
     ) -> None:
         self.trace = trace
         self.rejected_mask = rejected
@@ -196,6 +244,7 @@ class _Run:
         self.capacity_blocks = capacity_blocks
         self.window_blocks = window_blocks
         self.cached_tokens = cached_tokens or [0] * len(trace)
+        self.prefilled_s = prefilled_s
         self.closed_loop = closed_loop
         self.arrival_s: list[float] = []
         self.block_tokens = block_tokens
@@ -204,9 +253,14 @@ class _Run:
         count = len(trace)
         self.first_token_s = [math.nan] * count
         self.finish_s = [math.nan] * count
-        # Typed arrays: a run of millions of steps keeps one gap per step (8 bytes, not 32).
-        self.itl_gap_s = array("d")
-        self.itl_weight = array("q")
+        # Typed arrays: a run of millions of steps keeps 8 bytes a number, not 32. The loop
+        # appends to plain lists (one `+=` of a tuple costs less than one array append) and
+        # moves them here every `_FLUSH` numbers, so a list never holds more.
+        self.itl_pairs = array("d")
+        """(gap s, tokens it stands for) of single steps, flat; the counts are exact in a double."""
+        self.group_pieces = array("d")
+        """(first gap s, its rise per step, steps, weight) of each piece of a group of
+        decode-only steps, flat."""
         self.queue_time_s: list[float] = []
         self.queue_waiting: list[int] = []
         self.queue_running: list[int] = []
@@ -235,6 +289,14 @@ class _Run:
         issued = users
         self.arrival_s = arrival
         seconds = self.timer.seconds
+        # The roofline's positional entry point skips building a StepLoad (a third of a call);
+        # its closure over the model's constants (the same floats) a half of what is left.
+        fields_seconds = (
+            self.timer.step_seconds_function()
+            if isinstance(self.timer, StepCostModel)
+            and type(self.timer).seconds is StepCostModel.seconds
+            else None
+        )
         table = DecodeStepTable(self.timer)
         segments = table.segments
         exact = self.exact_step_times
@@ -244,6 +306,7 @@ class _Run:
         prefill_first = not chunked and config.unchunked_policy is UnchunkedPolicy.PREFILL_FIRST
         max_seqs = config.max_num_seqs
         max_tokens = config.max_num_batched_tokens
+        multi = config.num_scheduler_steps
         chunk_cap = config.long_prefill_token_threshold if chunked else 0
         block = self.block_tokens
         # Per request, blocks held beyond its context's: its windowed layers' (held throughout)
@@ -252,33 +315,82 @@ class _Run:
         cached = self.cached_tokens
         first_token_s = self.first_token_s
         finish_s = self.finish_s
-        itl_gap = self.itl_gap_s
-        itl_weight = self.itl_weight
+        itl_pairs, group_pieces = self.itl_pairs, self.group_pieces
+        itl: list[float] = []  # flushed into itl_pairs
+        pieces: list[float] = []  # flushed into group_pieces
         heappush, heappop = heapq.heappush, heapq.heappop
+        inf = math.inf
 
         # Per request: tokens generated before it last joined the decodes (or was preempted), the
-        # decode step it joined at, its ticket in `finishing` (-1: not decoding), the blocks its
-        # prefill reserved, and when its latest token came out.
+        # decode step it joined at, its ticket in `finishing` (-1: not decoding), the blocks it
+        # holds while prefilling, and when its latest token came out.
         generated = [0] * count
         join_step = [0] * count
         ticket_of = [-1] * count
-        prefill_blocks = [0] * count
+        held_blocks = [0] * count
         last_token_s = [0.0] * count
+        if self.prefilled_s is not None:
+            # A decode pool: each request's prompt is in its KV and its first token is out.
+            prefilled = self.prefilled_s
+            generated = [1] * count
+            cached = prompt
+            last_token_s = list(prefilled)
+            first_token_s[:] = prefilled
+            is_rejected = list(is_rejected)
+            for request in range(count):
+                if output[request] == 1 and not is_rejected[request]:
+                    finish_s[request] = prefilled[request]
+                    is_rejected[request] = True  # done: it never enters the pool
+
+        # Its lists and settings are bound as defaults: captured, they would turn the loop's
+        # locals into slower closure cells.
+        def first_chunk_blocks(
+            head: int,
+            budget: int,
+            *,
+            prompt: list[int] = prompt,
+            generated: list[int] = generated,
+            cached: list[int] = cached,
+            window_blocks: list[int] = window_blocks,
+            chunked: bool = chunked,
+            chunk_cap: int = chunk_cap,
+            block: int = block,
+        ) -> int:
+            """Blocks the waiting `head`'s first chunk takes within `budget` tokens (more than
+            any pool when the budget is spent)."""
+            total = prompt[head] + generated[head]
+            found = cached[head]
+            take = total - found
+            if chunked:
+                if budget <= 0:
+                    return 1 << 62
+                take = min(take, budget)
+                if 0 < chunk_cap < take:
+                    take = chunk_cap
+            return int(-(-(found + take) // block) + window_blocks[head])
+
+        # With this many blocks free any request's first chunk fits (a cheap test first).
+        most_tokens = max(cached) + max_tokens if chunked else max(prompt) + max(output)
+        any_first_chunk_blocks = -(-most_tokens // block) + max(window_blocks)
 
         waiting: deque[int] = deque()
         running: dict[int, None] = {}  # admitted, not finished; insertion order = admission order
         partial: list[list[int]] = []  # [request, tokens computed, tokens to compute]
         fresh: list[int] = []  # joined the decodes since the last decode step
+        fresh_since_s = 0.0  # when the first of them joined
         decode_seqs = 0
         decode_context = 0  # sum of the running decodes' contexts at the coming decode step
         # Decodes needing a new block at decode step k: those with phase k % block.
         new_blocks_by_phase = [0] * block
-        finishing: list[tuple[int, int, int]] = []  # heap of (decode step, ticket, request)
+        # Heap of decode step << 32 | ticket (ints compare faster than tuples); a ticket's
+        # request is ticket_request[ticket]. Tickets count joins, far below 2**32.
+        finishing: list[int] = []
+        ticket_request = [-1]
         tickets = 0
         decode_step = 0  # decode steps run so far; the next one has this index
         free_blocks = self.capacity_blocks
         now = 0.0
-        last_decode_end = 0.0
+        last_decode_end = -1.0
         next_arrival = 0
         steps = 0
         timer_calls = 0
@@ -287,13 +399,14 @@ class _Run:
         area_waiting = 0.0
         max_waiting = max_running = 0
         no_completions: list[int] = []
+        no_chunks: list[int] = []
 
         queue_time_s, queue_waiting, queue_running = (
             self.queue_time_s,
             self.queue_waiting,
             self.queue_running,
         )
-        first_admitted = is_rejected.index(False)
+        first_admitted = is_rejected.index(False) if False in is_rejected else count - 1
         if loop is None:
             sample_every_s = max(arrival[-1] - arrival[first_admitted], 1e-9) / (QUEUE_SAMPLES / 2)
             next_sample_s = arrival[first_admitted]
@@ -321,33 +434,192 @@ class _Run:
                 now = arrival[next_arrival]  # idle: jump to the next arrival
                 continue
 
+            # Multi-step scheduling: between decisions, every `multi` decode steps, the running
+            # decodes step on and nothing is scheduled.
+            deciding = multi == 1 or not decode_seqs or decode_step % multi == 0
+            if (
+                decode_seqs
+                and not exact
+                and (last_decode_end == now or (len(fresh) == decode_seqs and fresh_since_s == now))
+                and (
+                    not deciding
+                    or (
+                        not partial
+                        and (
+                            not waiting
+                            or len(running) >= max_seqs
+                            or (
+                                free_blocks < any_first_chunk_blocks
+                                and first_chunk_blocks(waiting[0], max_tokens - decode_seqs)
+                                > free_blocks
+                            )
+                        )
+                    )
+                )
+                and step_limit != steps
+            ):
+                # Decode-only steps with nothing to admit, every decode's latest token out at
+                # `now`: the batch cannot change before its next finish, arrival or queue
+                # sample, nor preempt while every decode's next blocks fit. They run as one
+                # group timed in closed form: within a segment of the decode step table a step
+                # is affine in the context, which grows by `decode_seqs` a step, so the steps
+                # (and the token gaps, one step each) form an arithmetic progression.
+                most = (finishing[0] >> 32) - decode_step + 1  # through the next finish
+                if free_blocks < decode_seqs * (most // block + 1):
+                    # Each decode takes one block every `block` steps.
+                    most = min(most, free_blocks // decode_seqs * block)
+                if 0 <= step_limit - steps < most:
+                    most = step_limit - steps
+                if multi > 1 and (partial or waiting):
+                    # Up to the next decision, where they may be scheduled.
+                    most = min(most, multi - decode_step % multi)
+                if most >= 1:
+                    if now >= next_sample_s:
+                        queue_time_s.append(now)
+                        queue_waiting.append(len(waiting))
+                        queue_running.append(len(running))
+                        if len(queue_time_s) == 2 * QUEUE_SAMPLES:
+                            del queue_time_s[1::2], queue_waiting[1::2], queue_running[1::2]
+                            sample_every_s *= 2
+                        next_sample_s = now + sample_every_s
+                    horizon = arrival[next_arrival] if next_arrival < count else inf
+                    if next_sample_s < horizon:  # noqa: PLR1730 - a branch is cheaper than min
+                        horizon = next_sample_s
+                    start_s = now
+                    group = 0
+                    while group < most:
+                        mean_context = decode_context // decode_seqs
+                        if mean_context < 128:
+                            low, spacing = mean_context, 1
+                        else:
+                            spacing = 1 << (mean_context.bit_length() - 7)
+                            low = mean_context - mean_context % spacing
+                        segment = segments.get(low << 32 | decode_seqs)
+                        if segment is None:
+                            segment = table.segment(decode_seqs, low, spacing)
+                        first_s = segment[0] + segment[1] * (decode_context - decode_seqs * low)
+                        rise_s = segment[1] * decode_seqs
+                        piece = low + spacing - mean_context  # steps left in the segment
+                        if piece > most - group:  # noqa: PLR1730 - a branch is cheaper than min
+                            piece = most - group
+                        # The piece's steps sum to piece * first + rise * piece * (piece - 1) / 2.
+                        piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
+                        if now + piece_s >= horizon:
+                            # Stop at the step that reaches the horizon, as single steps do.
+                            gap_s = horizon - now
+                            if rise_s >= 0:
+                                # Steps of at least first_s: ceil(gap / first_s) reach it; step
+                                # back while one fewer still does.
+                                reach = int(-(-gap_s // first_s))
+                                if reach < piece:  # noqa: PLR1730 - cheaper than min
+                                    piece = reach
+                                while (
+                                    piece > 1
+                                    and (piece - 1) * first_s
+                                    + rise_s * (piece - 1) * (piece - 2) * 0.5
+                                    >= gap_s
+                                ):
+                                    piece -= 1
+                            else:
+                                piece = _steps_to_reach(gap_s, first_s, rise_s, piece)
+                            piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
+                            most = group + piece
+                        pieces += (first_s, rise_s, piece, decode_seqs)
+                        now += piece_s
+                        decode_context += piece * decode_seqs
+                        group += piece
+                    if len(pieces) >= _FLUSH:
+                        group_pieces.fromlist(pieces)
+                        pieces.clear()
+                    if fresh:
+                        fresh.clear()
+                    phase = decode_step % block
+                    rest = group % block
+                    needed = group // block * decode_seqs
+                    if rest:
+                        end = phase + rest
+                        needed += sum(new_blocks_by_phase[phase:end])
+                        if end > block:
+                            needed += sum(new_blocks_by_phase[: end - block])
+                    free_blocks -= needed
+                    steps += group
+                    step_s = now - start_s
+                    area_in_system += (len(waiting) + len(running)) * step_s
+                    if waiting:
+                        area_waiting += len(waiting) * step_s
+                        if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
+                            max_waiting = len(waiting)
+                    last_decode_end = now
+                    decode_step += group
+                    # Requests finishing at the group's last step leave.
+                    limit = decode_step << 32
+                    while finishing and finishing[0] < limit:
+                        ticket = heappop(finishing) & 0xFFFFFFFF
+                        request = ticket_request[ticket]
+                        if ticket_of[request] != ticket:
+                            continue  # preempted since it was scheduled to finish here
+                        ticket_of[request] = -1
+                        finish_s[request] = now
+                        if issued < count:
+                            arrival[issued] = now + think
+                            issued += 1
+                        del running[request]
+                        final_context = prompt[request] + output[request] - 1
+                        free_blocks += -(-final_context // block) + window_blocks[request]
+                        decode_seqs -= 1
+                        decode_context -= final_context + 1
+                        phase = (
+                            join_step[request] + 1 - prompt[request] - generated[request]
+                        ) % block
+                        new_blocks_by_phase[phase] -= 1
+                    continue
+
             run_decodes = decode_seqs > 0
-            if prefill_first and waiting and run_decodes:
+            if prefill_first and waiting and run_decodes and deciding:
                 head = waiting[0]
                 blocks = -(-(prompt[head] + generated[head]) // block) + window_blocks[head]
                 if blocks <= free_blocks and (len(running) < max_seqs):
                     run_decodes = False  # v0: a prefill step stalls every running decode
 
+            # KV blocks for the running requests' work this step: a block for each decode whose
+            # token starts one, and the blocks of each partial prefill's next chunk (planned
+            # within the token budget). When they do not fit, the most recently admitted running
+            # request is preempted, again until they do (vLLM V1, `Scheduler.schedule` in
+            # vllm/v1/core/sched/scheduler.py: a running request whose `allocate_slots` fails
+            # preempts `self.running.pop()`, the newest; it frees its blocks and goes back to the
+            # front of the waiting queue, and no waiting request is admitted in that step).
             preempted = False
-            if run_decodes:
-                needed = new_blocks_by_phase[decode_step % block]
-                while needed > free_blocks:
-                    # Recompute preemption of the most recently admitted running request.
-                    victim = next(reversed(running))
-                    preempted = True
-                    preemptions += 1
-                    del running[victim]
-                    waiting.appendleft(victim)
-                    if ticket_of[victim] < 0:  # a partial prefill: drop its progress
-                        partial = [entry for entry in partial if entry[0] != victim]
-                        free_blocks += prefill_blocks[victim]
-                        continue
+            budget = max_tokens - decode_seqs if run_decodes else max_tokens
+            needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
+            chunks = no_chunks
+            if partial and deciding:
+                if len(partial) == 1:  # the usual case, inline: one chunk within the budget
+                    _, done_tokens, total = partial[0]
+                    take = total - done_tokens
+                    if take > budget:  # noqa: PLR1730 - a branch is cheaper than min
+                        take = budget
+                    if 0 < chunk_cap < take:
+                        take = chunk_cap
+                    if take > 0:
+                        chunks = [take]
+                        needed += -(-(done_tokens + take) // block) - -(-done_tokens // block)
+                else:
+                    chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
+                    needed += chunk_blocks
+            while needed > free_blocks:
+                victim = next(reversed(running))
+                preempted = True
+                preemptions += 1
+                del running[victim]
+                waiting.appendleft(victim)
+                if ticket_of[victim] < 0:  # a partial prefill: drop its progress
+                    partial = [entry for entry in partial if entry[0] != victim]
+                    free_blocks += held_blocks[victim]
+                else:
                     done = generated[victim] + decode_step - join_step[victim]
                     context = prompt[victim] + done
                     phase = (join_step[victim] + 1 - prompt[victim] - generated[victim]) % block
                     new_blocks_by_phase[phase] -= 1
-                    if phase == decode_step % block:
-                        needed -= 1
                     free_blocks += -(-(context - 1) // block) + window_blocks[victim]
                     decode_seqs -= 1
                     decode_context -= context
@@ -357,85 +629,108 @@ class _Run:
                         fresh.remove(victim)  # its latest token is the one its prefill emitted
                     else:
                         last_token_s[victim] = last_decode_end
-                free_blocks -= needed
-                if preempted:
-                    run_decodes = decode_seqs > 0
-                    max_waiting = max(max_waiting, len(waiting))
+                    if run_decodes:
+                        budget += 1
+                        run_decodes = decode_seqs > 0
+                needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
+                chunks = no_chunks
+                if partial and deciding:
+                    chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
+                    needed += chunk_blocks
+            free_blocks -= needed
+            if preempted and len(waiting) > max_waiting:
+                max_waiting = len(waiting)
 
             prefill_tokens = prefill_chunks = prefill_kv = attention_pairs = 0
             completing = no_completions
-            if partial or waiting:
+            if chunks:
                 completing = []
-                budget = max_tokens - decode_seqs if run_decodes else max_tokens
-                if partial and budget > 0:
-                    for entry in partial:
-                        done_tokens, total = entry[1], entry[2]
-                        take = min(total - done_tokens, budget)
-                        if 0 < chunk_cap < take:
-                            take = chunk_cap
-                        if take <= 0:
-                            break
-                        budget -= take
-                        prefill_tokens += take
-                        prefill_chunks += 1
-                        # Causal chunk of q after c computed: q*c + q*(q+1)/2 query-key pairs.
-                        attention_pairs += take * done_tokens + take * (take + 1) // 2
-                        prefill_kv += done_tokens + take
-                        entry[1] = done_tokens + take
-                        if entry[1] == total:
-                            completing.append(entry[0])
-                    if completing:
-                        partial = [entry for entry in partial if entry[1] < entry[2]]
-                max_waiting = max(max_waiting, len(waiting))
-                admit = waiting and not preempted and (not prefill_first or not run_decodes)
-                while admit and waiting and len(running) < max_seqs:
-                    head = waiting[0]
-                    total = prompt[head] + generated[head]
-                    found = cached[head]  # computed tokens it starts from: its cached prefix
-                    if chunked:
-                        if budget <= 0:
-                            break
-                        take = min(total - found, budget)
-                        if 0 < chunk_cap < take:
-                            take = chunk_cap
-                    else:
-                        # Whole prompts; one over the budget may run as the step's only one.
-                        if total - found > budget and prefill_chunks > 0:
-                            break
-                        take = total - found
-                    head_blocks = -(-total // block) + window_blocks[head]
-                    if head_blocks > free_blocks:
-                        break  # FCFS: the head waits for blocks, and so does everyone behind it
-                    waiting.popleft()
-                    free_blocks -= head_blocks
-                    prefill_blocks[head] = head_blocks
-                    running[head] = None
+                for index, take in enumerate(chunks):  # the first len(chunks) partials
+                    entry = partial[index]
+                    request, done_tokens, total = entry
                     budget -= take
                     prefill_tokens += take
                     prefill_chunks += 1
-                    attention_pairs += take * found + take * (take + 1) // 2
-                    prefill_kv += found + take
-                    if found + take == total:
-                        completing.append(head)
-                    else:
-                        partial.append([head, found + take, total])
-                max_running = max(max_running, len(running))
+                    # Causal chunk of q after c computed: q*c + q*(q+1)/2 query-key pairs.
+                    attention_pairs += take * done_tokens + take * (take + 1) // 2
+                    prefill_kv += done_tokens + take
+                    held_blocks[request] += -(-(done_tokens + take) // block) - -(
+                        -done_tokens // block
+                    )
+                    entry[1] = done_tokens + take
+                    if entry[1] == total:
+                        completing.append(request)
+                if completing:
+                    partial = [entry for entry in partial if entry[1] < entry[2]]
+            if waiting:
+                if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
+                    max_waiting = len(waiting)
+                if deciding and not preempted and (not prefill_first or not run_decodes):
+                    while len(running) < max_seqs:
+                        head = waiting[0]
+                        total = prompt[head] + generated[head]
+                        found = cached[head]  # computed tokens it starts from: its cached prefix
+                        take = total - found
+                        if chunked:
+                            if budget <= 0:
+                                break
+                            if take > budget:  # noqa: PLR1730 - cheaper than min
+                                take = budget
+                            if 0 < chunk_cap < take:
+                                take = chunk_cap
+                        elif take > budget and prefill_chunks:
+                            break  # whole prompts; one over the budget may run alone
+                        # vLLM V1 allocates the blocks of the scheduled chunk only.
+                        head_blocks = -(-(found + take) // block) + window_blocks[head]
+                        if head_blocks > free_blocks:
+                            break  # FCFS: the head waits for blocks, and so does everyone behind
+                        waiting.popleft()
+                        free_blocks -= head_blocks
+                        held_blocks[head] = head_blocks
+                        running[head] = None
+                        budget -= take
+                        prefill_tokens += take
+                        prefill_chunks += 1
+                        attention_pairs += take * found + take * (take + 1) // 2
+                        prefill_kv += found + take
+                        if completing is no_completions:
+                            completing = []
+                        if found + take == total:
+                            completing.append(head)
+                        else:
+                            partial.append([head, found + take, total])
+                        if not waiting:
+                            break
+                    if len(running) > max_running:  # noqa: PLR1730 - cheaper than max
+                        max_running = len(running)
 
             # Time the step.
             if prefill_chunks:
                 timer_calls += 1
-                step_s = checked(
-                    seconds(
-                        StepLoad(
-                            prefill_tokens=prefill_tokens,
-                            prefill_chunks=prefill_chunks,
-                            prefill_attention_pairs=float(attention_pairs),
-                            prefill_kv_tokens=prefill_kv,
-                            decode_seqs=decode_seqs if run_decodes else 0,
-                            decode_context_tokens=decode_context if run_decodes else 0,
+                if fields_seconds is not None:
+                    step_s = fields_seconds(
+                        prefill_tokens,
+                        prefill_chunks,
+                        attention_pairs,  # an int times a float is the float's product
+                        prefill_kv,
+                        decode_seqs if run_decodes else 0,
+                        decode_context if run_decodes else 0,
+                    )
+                    if not step_s > 0:
+                        checked(step_s)  # raises
+                else:
+                    step_s = checked(
+                        seconds(
+                            StepLoad(
+                                prefill_tokens=prefill_tokens,
+                                prefill_chunks=prefill_chunks,
+                                prefill_attention_pairs=float(attention_pairs),
+                                prefill_kv_tokens=prefill_kv,
+                                decode_seqs=decode_seqs if run_decodes else 0,
+                                decode_context_tokens=decode_context if run_decodes else 0,
+                            )
                         )
                     )
-                )
             elif run_decodes:
                 if exact:
                     timer_calls += 1
@@ -451,7 +746,7 @@ class _Run:
                     else:
                         spacing = 1 << (mean_context.bit_length() - 7)
                         low = mean_context - mean_context % spacing
-                    segment = segments.get((decode_seqs, low))
+                    segment = segments.get(low << 32 | decode_seqs)
                     if segment is None:
                         segment = table.segment(decode_seqs, low, spacing)
                     step_s = segment[0] + segment[1] * (decode_context - decode_seqs * low)
@@ -482,18 +777,21 @@ class _Run:
             if run_decodes:
                 # Every decode emits a token; those that joined since the last decode step
                 # waited since their own latest token, the rest since the last decode step.
-                itl_gap.append(now - last_decode_end)
                 if fresh:
-                    itl_weight.append(decode_seqs - len(fresh))
+                    itl += (now - last_decode_end, decode_seqs - len(fresh))
                     for request in fresh:
-                        itl_gap.append(now - last_token_s[request])
-                        itl_weight.append(1)
+                        itl += (now - last_token_s[request], 1)
                     fresh.clear()
                 else:
-                    itl_weight.append(decode_seqs)
+                    itl += (now - last_decode_end, decode_seqs)
+                if len(itl) >= _FLUSH:
+                    itl_pairs.fromlist(itl)
+                    itl.clear()
                 last_decode_end = now
-                while finishing and finishing[0][0] == decode_step:
-                    _, ticket, request = heappop(finishing)
+                limit = (decode_step + 1) << 32
+                while finishing and finishing[0] < limit:
+                    ticket = heappop(finishing) & 0xFFFFFFFF
+                    request = ticket_request[ticket]
                     if ticket_of[request] != ticket:
                         continue  # preempted since it was scheduled to finish here
                     ticket_of[request] = -1
@@ -517,28 +815,32 @@ class _Run:
                 if tokens == 1:
                     first_token_s[request] = now
                 else:
-                    itl_gap.append(now - last_token_s[request])  # resumed after preemption
-                    itl_weight.append(1)
+                    itl += (now - last_token_s[request], 1)  # resumed after preemption
                 if tokens == output[request]:
                     finish_s[request] = now
                     if issued < count:
                         arrival[issued] = now + think
                         issued += 1
                     del running[request]
-                    free_blocks += prefill_blocks[request]
+                    free_blocks += held_blocks[request]
                     continue
                 generated[request] = tokens
                 join_step[request] = decode_step
                 last_token_s[request] = now
                 tickets += 1
                 ticket_of[request] = tickets
-                heappush(finishing, (decode_step + output[request] - tokens - 1, tickets, request))
+                ticket_request.append(request)
+                heappush(finishing, (decode_step + output[request] - tokens - 1) << 32 | tickets)
                 decode_seqs += 1
                 decode_context += prompt[request] + tokens
                 # A new block when the context passes a multiple of the block size.
                 new_blocks_by_phase[(decode_step + 1 - prompt[request] - tokens) % block] += 1
+                if not fresh:
+                    fresh_since_s = now
                 fresh.append(request)
 
+        itl_pairs.fromlist(itl)
+        group_pieces.fromlist(pieces)
         self.steps = steps
         self.timer_calls = timer_calls + table.calls
         self.preemptions = preemptions
@@ -546,3 +848,69 @@ class _Run:
         self.area_waiting = area_waiting
         self.max_waiting = max_waiting
         self.max_running = max_running
+
+    def itl_singles(self) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        """The single steps' token gaps and how many tokens each stands for (weights may be
+        0)."""
+        pairs = np.frombuffer(self.itl_pairs, dtype=np.float64).reshape(-1, 2).T
+        return np.ascontiguousarray(pairs[0]), pairs[1].astype(np.int64)
+
+    def itl_groups(
+        self,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
+        """The pieces of the groups of decode-only steps: gap k of a piece (0 <= k < steps) is
+        `first + rise * k`, and stands for `weight` tokens. (first, rise, steps, weight)."""
+        pieces = np.frombuffer(self.group_pieces, dtype=np.float64).reshape(-1, 4).T
+        return (
+            np.ascontiguousarray(pieces[0]),
+            np.ascontiguousarray(pieces[1]),
+            pieces[2].astype(np.int64),
+            pieces[3].astype(np.int64),
+        )
+
+
+_FLUSH = 1 << 16
+"""The loop moves its lists of token gaps into typed arrays once they hold this many numbers."""
+
+
+def _plan_chunks(
+    partial: list[list[int]], budget: int, chunk_cap: int, block: int
+) -> tuple[list[int], int]:
+    """The next chunk of each partial prefill ([request, computed, to compute]), in admission
+    order, within `budget` tokens (and `chunk_cap` each when set: vLLM's
+    `long_prefill_token_threshold`), and the KV blocks of `block` tokens the chunks take beyond
+    those their computed tokens hold."""
+    chunks: list[int] = []
+    blocks = 0
+    for _, done, total in partial:
+        take = min(total - done, budget)
+        if 0 < chunk_cap < take:
+            take = chunk_cap
+        if take <= 0:
+            break
+        budget -= take
+        blocks += -(-(done + take) // block) - -(-done // block)
+        chunks.append(take)
+    return chunks, blocks
+
+
+def _steps_to_reach(gap_s: float, first_s: float, rise_s: float, most: int) -> int:
+    """The fewest steps, at most `most`, of `first_s`, `first_s + rise_s`, ... that sum to at
+    least `gap_s` (`most` when none fewer do): the root of the progression's quadratic sum,
+    corrected for rounding."""
+
+    def total(steps: int) -> float:
+        return steps * first_s + rise_s * steps * (steps - 1) * 0.5
+
+    if rise_s:
+        # steps^2 * rise/2 + steps * (first - rise/2) = gap_s.
+        linear = first_s - rise_s * 0.5
+        root = (-linear + math.sqrt(max(0.0, linear * linear + 2.0 * rise_s * gap_s))) / rise_s
+    else:
+        root = gap_s / first_s
+    steps = max(1, min(most, math.ceil(root)))
+    while steps > 1 and total(steps - 1) >= gap_s:
+        steps -= 1
+    while steps < most and total(steps) < gap_s:
+        steps += 1
+    return steps
