@@ -1,5 +1,7 @@
 """How long a capacity plan and a 100,000-request simulation take (issue 5's targets: a plan over
-8 GPUs x TP {1, 2, 4, 8} x 2 formats under 3 s; 100,000 simulated requests under 2 s).
+8 GPUs x TP {1, 2, 4, 8} x 2 formats under 3 s; 100,000 simulated requests under 2 s; issue 12's:
+Llama-3.1-70B at 20 requests/s planned on one GPU type under 2 s, over the whole catalog under
+10 s).
 
 The case is issue 5's: Llama-3-8B, 10 requests/s, prompts p50/p90/p99 = 2048/3072/4096 tokens,
 outputs 256/384/512, TTFT p99 1 s, TPOT p99 50 ms, 20 % headroom, on the eight GPUs the API contract
@@ -55,6 +57,11 @@ OUTPUTS = {"p50": 256, "p90": 384, "p99": 512}
 RATE = 10.0
 SLO = {"ttft_p99_ms": 1000, "tpot_p99_ms": 50}
 SIMULATED_REQUESTS = 100_000
+# Issue 12: Llama-3.1-70B at 20 requests/s, the same lengths and SLOs, in the model's own format
+# (bf16, as the service plans by default), on one GPU type and on every GPU the catalog prices.
+LARGE_MODEL = "llama-3.1-70b"
+LARGE_RATE = 20.0
+ONE_GPU = "h100-sxm5-80gb"
 
 
 def _lengths(fields: Mapping[str, float]) -> PercentileLengths:
@@ -77,6 +84,28 @@ def engine_plan(exhaustive: bool) -> tuple[CapacityPlan, float]:
         traffic,
         Slo(SLO["ttft_p99_ms"], SLO["tpot_p99_ms"]),
         PlanOptions(exhaustive=exhaustive, max_plans=50 if exhaustive else 3),
+    )
+    return plan, time.perf_counter() - start
+
+
+def large_plan(gpus: tuple[str, ...] | None) -> tuple[CapacityPlan, float]:
+    """Issue 12's plan on `gpus` (None: every GPU with a catalog price), timed in the engine."""
+    catalog = {g["id"]: g for g in bundled_gpus()}
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == LARGE_MODEL))
+    ids = gpus or tuple(i for i, g in catalog.items() if g.get("price_per_gpu_hour_usd"))
+    offers = [
+        GpuOffer(gpu_spec_from_fields(catalog[i]), catalog[i]["price_per_gpu_hour_usd"])
+        for i in ids
+    ]
+    traffic = Traffic(LARGE_RATE, _lengths(PROMPTS), _lengths(OUTPUTS))
+    checkpoint = model.checkpoint_dtype
+    start = time.perf_counter()
+    plan = plan_capacity(
+        model,
+        offers,
+        traffic,
+        Slo(SLO["ttft_p99_ms"], SLO["tpot_p99_ms"]),
+        PlanOptions(dtype_pairs=((checkpoint, checkpoint),)),
     )
     return plan, time.perf_counter() - start
 
@@ -134,14 +163,27 @@ def over_http() -> None:
             "gpus": list(GPUS),
         }
         headers = {"Authorization": "Bearer bench-key-0123456789"}
-        for _ in range(2):
+        bodies: list[dict[str, Any]] = [plan_body, {**plan_body, "gpus": None}]
+        for body, label in zip(bodies * 2, ["8 GPUs", "every priced GPU"] * 2, strict=True):
             start = time.perf_counter()
-            response = httpx.post(f"{base}/v1/plans", json=plan_body, headers=headers, timeout=60)
+            response = httpx.post(f"{base}/v1/plans", json=body, headers=headers, timeout=60)
+            answered = time.perf_counter() - start
+            location = response.headers["location"]
+            polls = 0
+            while response.json()["status"] in {"queued", "running"}:
+                time.sleep(0.25)  # a 202: poll until done, as a client does
+                response = httpx.get(f"{base}{location}", timeout=60)
+                polls += 1
+            if response.json()["status"] != "done":
+                raise SystemExit(f"the plan did not finish: {response.text}")
             wall = time.perf_counter() - start
             answer = response.json()
+            full = httpx.get(f"{base}{location}", params={"detail": "full"}, timeout=60)
             print(
-                f"POST /v1/plans: {response.status_code} in {wall:.2f} s (planning "
-                f"{answer['elapsed_ms'] / 1e3:.2f} s, {answer['simulations']} simulations)"
+                f"POST /v1/plans ({label}): answered in {answered:.2f} s, done in {wall:.2f} s "
+                f"after {polls} polls (planning {answer['elapsed_ms'] / 1e3:.2f} s, "
+                f"{answer['simulations']} simulations); answer {len(response.content):,} bytes "
+                f"compact, {len(full.content):,} full"
             )
         simulation_body = {
             "model": "llama-3-8b",
@@ -175,6 +217,14 @@ def main() -> None:
     if args.exhaustive:
         plan, seconds = engine_plan(exhaustive=True)
         describe(plan, seconds, "plan (exhaustive)")
+    for gpus, label, target_s in (
+        ((ONE_GPU,), f"plan {LARGE_MODEL} {LARGE_RATE:g}/s on {ONE_GPU}", 2.0),
+        (None, f"plan {LARGE_MODEL} {LARGE_RATE:g}/s on the catalog", 10.0),
+    ):
+        large = [large_plan(gpus) for _ in range(args.repeats)]
+        describe(
+            large[0][0], min(seconds for _, seconds in large), f"{label} (target {target_s:g} s)"
+        )
     simulations = [engine_simulation() for _ in range(args.repeats)]
     seconds = min(s for s, _ in simulations)
     result = simulations[0][1]

@@ -32,8 +32,9 @@ from app.engine.planning import (
     plan_capacity,
 )
 from app.engine.planning.analysis import LoadStats, capacity_bound, lone_prefill_seconds
-from app.engine.planning.planner import _replicas_below
+from app.engine.planning.planner import _replicas_before
 from app.engine.planning.probes import build_sample
+from app.engine.planning.screening import Candidate
 from app.engine.simulation import SchedulerConfig, StepTimer, simulate
 from app.engine.specs import (
     Deployment,
@@ -270,7 +271,9 @@ def test_the_capacity_bound_holds_for_a_mixture_of_experts_replica() -> None:
         scheduler=SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048),
     )
     served = overloaded.requests_per_s  # completions over the whole run, tail included
-    assert served > 1.3 * naive_bound(timer, stats, 2048, kv_tokens / stats.mean_decode_context)
+    # (1.24 times: overloaded, vLLM V1's allocation chunk by chunk admits more prompts than the
+    # cache finishes, and the preempted ones recompute.)
+    assert served > 1.2 * naive_bound(timer, stats, 2048, kv_tokens / stats.mean_decode_context)
     assert served <= bound
     # A dense model is convex: there the correction is nothing.
     dense = StepCostModel(LLAMA3_8B, H100, Deployment(), EFFICIENCY)
@@ -326,13 +329,43 @@ def test_confirming_with_longer_probes_never_plans_fewer_replicas() -> None:
     assert math.ceil(36.0 / checked.max_requests_per_s_per_replica) == checked.replicas
 
 
-def test_the_cost_threshold_counts_replicas_strictly_below_it() -> None:
-    for price in (0.1, 0.7, 1.09, 3.49, 2.59 * 8):
-        for k in range(1, 40):
-            threshold = k * price  # rounded: may be a hair above or below k x price
-            below = _replicas_below(threshold, price)
-            assert below * price < threshold <= (below + 1) * price
-    assert _replicas_below(math.inf, 1.0) > 10**15
+def bare_candidate(price: float, gpus: int, capacity_rps: float, order: int) -> Candidate:
+    """A screened candidate with only what ranking reads: its cost and its capacity."""
+    return Candidate(
+        order=order,
+        offer=GpuOffer(H100, price),
+        deployment=Deployment(tp=gpus),
+        scheduler=SchedulerConfig(),
+        timer=LinearTimer(A_S, B_S),
+        kv_capacity_tokens=16,
+        replication=1.0,
+        reasons=[],
+        capacity_rps=capacity_rps,
+        estimate_rps=capacity_rps,
+        k_min=1,
+        cost_bound=gpus * price,
+    )
+
+
+def test_the_cost_threshold_counts_replicas_ranked_before_it() -> None:
+    for price in (0.1, 0.7, 1.09, 3.49, 2.59):
+        for gpus in (1, 2, 8):
+            for k in range(1, 40):
+                other = bare_candidate(price, gpus, capacity_rps=2.0, order=0)
+                kth = (other.cost(k), -2.0, 0)  # a plan of k replicas of the same price
+                # A larger capacity wins the tie at equal cost; a smaller one does not.
+                wins = bare_candidate(price, gpus, capacity_rps=3.0, order=1)
+                loses = bare_candidate(price, gpus, capacity_rps=1.0, order=1)
+                assert _replicas_before(wins, kth) == k
+                assert _replicas_before(loses, kth) == k - 1
+                # Equal capacity: screened earlier wins.
+                first = bare_candidate(price, gpus, capacity_rps=2.0, order=-1)
+                assert _replicas_before(first, kth) == k
+                # Another price: strictly below the threshold's cost, whatever the rounding.
+                cheaper = bare_candidate(price * 0.7, gpus, capacity_rps=1.0, order=1)
+                below = _replicas_before(cheaper, kth)
+                assert cheaper.cost(below) < kth[0] <= cheaper.cost(below + 1)
+    assert _replicas_before(bare_candidate(1.0, 1, 1.0, 0), None) > 10**15
 
 
 @pytest.mark.slow
@@ -532,10 +565,13 @@ def test_disaggregated_pools_beside_the_aggregated_plan() -> None:
     z = 2.3263478740408408
     mean = ((-z + math.sqrt(z * z + 4 * batch)) / 2) ** 2
     assert split.decode_mean_batch == pytest.approx(mean, rel=EXACT)
+    # That bound, L / (E[T-1] x step) = 63 requests/s a replica, starts the simulated search:
+    # one decode replica carries all 12 requests/s within the TPOT SLO.
     step_s = A_S + math.ceil(mean) * B_S
-    rate = mean / (255 * step_s)  # Little: L / (E[T-1] x step)
-    assert split.decode_max_requests_per_s_per_replica == pytest.approx(rate, rel=EXACT)
-    assert split.decode_replicas == math.ceil(12.0 / rate) == 1
+    assert mean / (255 * step_s) == pytest.approx(63.15, rel=1e-3)
+    assert split.decode_replicas == 1
+    assert split.decode_max_requests_per_s_per_replica == pytest.approx(12.0, rel=EXACT)
+    assert split.decode_tpot_ms is not None and split.decode_tpot_ms <= 50
     # Prefill pool: at most 1024 / (44.96 ms x 2048) = 11.1 prompts/s a replica: 2 or more.
     assert split.prefill_replicas is not None and split.prefill_replicas >= 2
     total = split.prefill_replicas + split.decode_replicas
@@ -631,6 +667,63 @@ def test_pruning_never_changes_the_best_plan() -> None:
     for candidate in everything.candidates:
         if candidate.feasible:
             assert candidate.cost_per_hour_usd >= candidate.cost_lower_bound_per_hour_usd  # type: ignore[operator]
+
+
+def planned(plan: CapacityPlan) -> list[tuple[str, int, DType, int | None, int | None, float]]:
+    """What a plan chose: each returned candidate, its replica count and sustainable rate."""
+    return [
+        (c.gpu, c.tp, c.weight_dtype, c.chunk_tokens, c.replicas, c.max_requests_per_s_per_replica)
+        for c in plan.candidates
+        if c.status is CandidateStatus.PLANNED
+        and c.replicas is not None
+        and c.max_requests_per_s_per_replica is not None
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "offers", "traffic", "slo", "options"),
+    [
+        pytest.param(LLAMA3_8B, OFFERS, REAL_TRAFFIC, Slo(1000, 50), REAL, id="8b"),
+        # Chunk siblings tie at equal cost: the larger analytic capacity ranks first, found in
+        # whichever order the search meets them.
+        pytest.param(
+            LLAMA3_8B,
+            OFFERS,
+            REAL_TRAFFIC,
+            Slo(500, 30),
+            replace(REAL, chunk_tokens_candidates=(512, 2048), max_plans=3),
+            id="8b-ties",
+        ),
+        pytest.param(
+            LLAMA3_70B,
+            [GpuOffer(H100, 3.49), GpuOffer(A100, 1.59)],
+            replace(REAL_TRAFFIC, requests_per_s=4.0),
+            Slo(1500, 60),
+            replace(
+                REAL,
+                tp_candidates=(2, 4, 8),
+                dtype_pairs=((DType.BF16, DType.BF16),),
+                chunk_tokens_candidates=(512, 2048),
+            ),
+            id="70b",
+        ),
+    ],
+)
+def test_branch_and_bound_plans_what_the_exhaustive_search_plans(
+    model: ModelSpec, offers: list[GpuOffer], traffic: Traffic, slo: Slo, options: PlanOptions
+) -> None:
+    # The search is ordered by an estimate, starts each replica search at a guess and prunes
+    # on rank: none of it may change which candidates are returned, in which order, with how
+    # many replicas and what sustainable rate (the sizing probes follow from the replicas).
+    fast = plan_capacity(model, efficient(offers), traffic, slo, options)
+    everything = plan_capacity(
+        model, efficient(offers), traffic, slo, replace(options, exhaustive=True)
+    )
+    chosen = planned(fast)
+    assert len(chosen) == options.max_plans
+    assert chosen == planned(everything)
+    assert fast.simulations < everything.simulations
 
 
 # -- Input checks ---------------------------------------------------------------------------

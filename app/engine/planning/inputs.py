@@ -12,7 +12,7 @@ from app.engine import memory
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
 from app.engine.profiles import Profile
-from app.engine.simulation import StepTimer
+from app.engine.simulation import KvLink, StepTimer
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import LengthDistribution, Trace
@@ -183,6 +183,8 @@ class PlanOptions:
     exhaustive: bool = False
     max_simulated_steps: int = DEFAULT_MAX_SIMULATED_STEPS
     disaggregated: bool = False
+    kv_link: KvLink | None = None
+    """The prefill-to-decode KV link of the disaggregated plan (None: `KvLink()`)."""
     layouts: bool = True
     """Search attention data parallelism and expert parallelism (MoE models), and pipeline
     stages where the model does not fit a node, beside the tp candidates."""

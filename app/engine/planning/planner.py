@@ -8,12 +8,17 @@ microseconds):
    requests, does a lone request meet the SLOs (if not, no load will), and the analytic capacity
    bound r_max. r_max gives the fewest replicas any simulation could need,
    k_min = ceil(demand / r_max), hence a lower bound on cost, k_min * tp * price.
-2. Branch and bound: candidates in order of that cost bound; a candidate whose bound is not below
-   the `max_plans`-th best cost found so far cannot enter the answer and is pruned unsimulated,
-   and a simulated one stops searching at the replica count that would cost as much.
+2. Branch and bound: candidates rank by cost, then by the larger analytic capacity, then by
+   screening order (`_rank`); one that cannot rank before the `max_plans`-th plan found so far
+   even at k_min replicas is pruned unsimulated, and a simulated one stops searching at the
+   replica count that would not rank before it. So the answer is the exhaustive one whatever the
+   order, and the order is chosen to simulate little: cheapest first by an estimated cost
+   (`screening.estimate_rps`, a heuristic), so that the plans found first prune the rest.
 3. The replica search (`search.search_replicas`) probes the per-replica rate demand / k with
-   `probe_requests` requests. With `confirm_requests` set, it then confirms the k it found with
-   that many (the same requests and more), searching upward from k with those if it misses. A
+   `probe_requests` requests, from a first guess (what the candidate on the same GPU and layout
+   with another scheduler needed, else demand / the estimate), clamped to that cap. With
+   `confirm_requests` set, it then confirms the k it found with that many (the same requests and
+   more), searching upward from k with those if it misses. A
    short probe sees a short stretch of traffic: near saturation its p99 rarely includes the long
    busy periods that set a replica's steady-state p99, so it is slightly optimistic (3,000
    requests: up to some 3 % in sustainable rate; `inputs.DEFAULT_PROBE_REQUESTS`), which can plan
@@ -45,10 +50,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from app.engine.counting import kv_bytes_per_token
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType
 from app.engine.planning.disaggregated import plan_disaggregated
 from app.engine.planning.inputs import GpuOffer, PlanOptions, Slo, Traffic
 from app.engine.planning.probes import ProbeRunner, ProbeSample, StepBudget, build_sample
+from app.engine.planning.progress import PlanProgress
 from app.engine.planning.results import (
     BucketLatency,
     CandidatePlan,
@@ -60,13 +67,25 @@ from app.engine.planning.results import (
 from app.engine.planning.screening import Candidate, finite, screen
 from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate, search_replicas
 from app.engine.simulation import expected_steps
-from app.engine.specs import ModelSpec, SpecError
+from app.engine.specs import Deployment, ModelSpec, SpecError
 
 __all__ = ["plan_capacity"]
 
 
-def _kth_best(costs: list[float], k: int) -> float:
-    return sorted(costs)[k - 1] if len(costs) >= k else math.inf
+_Rank = tuple[float, float, int]
+"""How candidates rank: cost per hour, then the larger analytic capacity, then screening order."""
+
+
+def _rank(candidate: Candidate, cost: float) -> _Rank:
+    return (cost, -candidate.capacity_rps, candidate.order)
+
+
+def _kth_rank(found: Sequence[_Found], k: int) -> _Rank | None:
+    """The rank of the `k`-th best found so far (None: fewer found): a candidate must rank
+    before it to enter the answer."""
+    if len(found) < k:
+        return None
+    return sorted(_rank(f.candidate, f.cost) for f in found)[k - 1]
 
 
 def _predicted(runner: ProbeRunner, requests_per_s: float) -> PredictedLatency:
@@ -93,20 +112,25 @@ def _with_quantisation(candidate: CandidatePlan, checkpoint: DType) -> Candidate
     return replace(candidate, quantized_from=checkpoint) if smaller else candidate
 
 
-def _replicas_below(threshold: float, per_replica: float) -> int:
-    """The most replicas costing strictly less than `threshold` (inf: no limit)."""
-    if not math.isfinite(threshold):
+def _replicas_before(candidate: Candidate, kth: _Rank | None) -> int:
+    """The most replicas with which `candidate` ranks before `kth` (None: no limit): those
+    costing less, and at an equal cost, if its analytic capacity is larger (or equal and it was
+    screened first). What an exhaustive plan would rank ahead, so pruning the rest keeps its
+    answer."""
+    if kth is None:
         return 2**62
-    k = max(0, math.ceil(threshold / per_replica) - 1)
-    while (k + 1) * per_replica < threshold:  # the division may round either way
-        k += 1
-    while k > 0 and k * per_replica >= threshold:
+    per_replica = candidate.deployment.gpus * candidate.offer.price_per_gpu_hour_usd
+    k = max(0, math.floor(kth[0] / per_replica) + 1)
+    while k > 0 and _rank(candidate, candidate.cost(k)) >= kth:  # the division may round
         k -= 1
+    while _rank(candidate, candidate.cost(k + 1)) < kth:
+        k += 1
     return k
 
 
 def _with_sample(runner: ProbeRunner, sample: ProbeSample) -> ProbeRunner:
-    """A runner like `runner` (same timer, cache, scheduler, SLOs, budget) serving `sample`."""
+    """A runner like `runner` (same timer, cache, scheduler, SLOs, budget, prefix rate) serving
+    `sample`."""
     return ProbeRunner(
         sample,
         runner.timer,
@@ -116,6 +140,7 @@ def _with_sample(runner: ProbeRunner, sample: ProbeSample) -> ProbeRunner:
         slo=runner.slo,
         check_tpot=runner.check_tpot,
         budget=runner.budget,
+        prefix_above_rps=runner.prefix_above_rps,
     )
 
 
@@ -161,8 +186,7 @@ class _Found:
 
     @property
     def cost(self) -> float:
-        c = self.candidate
-        return self.replicas * c.deployment.gpus * c.offer.price_per_gpu_hour_usd
+        return self.candidate.cost(self.replicas)
 
 
 PROBES_PER_PLANNED_CANDIDATE = 5
@@ -218,6 +242,17 @@ class _Outcomes:
     pruned: list[CandidatePlan] = field(default_factory=list)
     infeasible: list[CandidatePlan] = field(default_factory=list)
     simulations: int = 0
+    needed: dict[tuple[str, Deployment], int] = field(default_factory=dict)
+    """Replicas found per GPU and layout: a sibling's (another scheduler's) first guess."""
+
+
+def _search_order(candidate: Candidate, demand: float) -> tuple[float, float, float, int]:
+    """Candidates are searched cheapest first by their estimated cost (`estimate_rps`), so that
+    the plans found early prune the rest; ties as they rank. Any order gives the same answer
+    (pruning only drops what cannot rank before the `max_plans`-th plan found); a good one
+    simulates less."""
+    guess = candidate.cost(max(candidate.k_min, math.ceil(demand / candidate.estimate_rps)))
+    return (guess, candidate.cost_bound, -candidate.capacity_rps, candidate.order)
 
 
 def plan_capacity(
@@ -226,12 +261,16 @@ def plan_capacity(
     traffic: Traffic,
     slo: Slo,
     options: PlanOptions | None = None,
+    *,
+    progress: PlanProgress | None = None,
 ) -> CapacityPlan:
     """Plan `traffic` on `model` over every candidate of `offers` x `options` (module docstring).
 
     `SpecError` when there is nothing to plan (no GPU offered), the traffic is impossible, there
     are more than `MAX_CANDIDATES` candidates, or the probes would simulate more than
-    `options.max_simulated_steps` steps in all.
+    `options.max_simulated_steps` steps in all. `progress` hears candidates done of candidates
+    (the screened-out ones done at once) before each search and after the last; what it raises
+    (`PlanCancelled`) stops the plan between candidates.
     """
     options = options or PlanOptions()
     if not offers:
@@ -248,8 +287,14 @@ def plan_capacity(
     budget = StepBudget(options.max_simulated_steps)
     context = _Context(sample, confirm_sample, traffic, slo, options, demand, budget)
     outcomes = _Outcomes(infeasible=infeasible)
-    for candidate in live:
+    total = len(live) + len(infeasible)
+    ordered = sorted(live, key=lambda c: _search_order(c, demand))
+    for done, candidate in enumerate(ordered, start=len(infeasible)):
+        if progress is not None:
+            progress.update(done, total)
         _search(candidate, context, outcomes)
+    if progress is not None:
+        progress.update(total, total)
     outcomes.found.sort(key=lambda f: (f.cost, -f.candidate.capacity_rps, f.candidate.order))
     planned = _size(context, outcomes)
     disaggregated = None
@@ -268,6 +313,8 @@ def plan_capacity(
             demand_rps=demand,
             aggregated_cost_per_hour_usd=best.cost,
             budget=budget,
+            kv_bytes_per_token=kv_bytes_per_token(model, best.candidate.deployment),
+            link=options.kv_link,
         )
         outcomes.simulations += disaggregated.simulations
     outcomes.pruned.sort(key=lambda p: p.cost_lower_bound_per_hour_usd or 0.0)
@@ -288,11 +335,9 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
     """Prune `candidate` by its cost bound, or search its replica count (confirming it with
     the longer sample when there is one) and record what was found, pruned or infeasible."""
     options, demand = context.options, context.demand
-    keep = options.max_plans
-    threshold = (
-        math.inf if options.exhaustive else _kth_best([f.cost for f in outcomes.found], keep)
-    )
-    if candidate.cost_bound >= threshold:
+    kth = None if options.exhaustive else _kth_rank(outcomes.found, options.max_plans)
+    threshold = math.inf if kth is None else kth[0]
+    if kth is not None and _rank(candidate, candidate.cost_bound) >= kth:
         outcomes.pruned.append(
             candidate.result(
                 CandidateStatus.PRUNED,
@@ -304,10 +349,9 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
             )
         )
         return
-    per_replica = candidate.deployment.gpus * candidate.offer.price_per_gpu_hour_usd
     k_limit = max(candidate.k_min, math.ceil(demand / (candidate.capacity_rps * LOW_LOAD_FRACTION)))
-    # k_min costs less than the threshold (not pruned above), so k_cap >= k_min.
-    k_cap = max(candidate.k_min, min(k_limit, _replicas_below(threshold, per_replica)))
+    # k_min ranks before the threshold (not pruned above), so k_cap >= k_min.
+    k_cap = max(candidate.k_min, min(k_limit, _replicas_before(candidate, kth)))
     runner = ProbeRunner(
         context.sample,
         candidate.timer,
@@ -316,8 +360,14 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
         scheduler=candidate.replica_scheduler,
         slo=context.slo,
         budget=context.budget,
+        # Faster than the estimate is expected to miss: such probes try a prefix first.
+        prefix_above_rps=candidate.estimate_rps,
     )
-    search = search_replicas(runner, demand, candidate.k_min, k_cap)
+    # First guess: what a sibling needed, else the estimate (the search clamps it to k_cap, so
+    # a candidate that cannot rank among the plans found usually costs one probe).
+    sibling = outcomes.needed.get((candidate.offer.id, candidate.deployment))
+    guess = sibling or math.ceil(demand / candidate.estimate_rps)
+    search = search_replicas(runner, demand, candidate.k_min, k_cap, first=guess)
     outcomes.simulations += runner.simulations
     searched = 0
     if search.replicas is not None and context.confirm_sample is not None:
@@ -332,10 +382,12 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
             outcomes.found.append(
                 _Found(candidate, confirmer, confirmed.replicas, failing, searched)
             )
+            outcomes.needed[(candidate.offer.id, candidate.deployment)] = confirmed.replicas
             return
         search = confirmed
     elif search.replicas is not None:
         outcomes.found.append(_Found(candidate, runner, search.replicas, search.largest_failing))
+        outcomes.needed[(candidate.offer.id, candidate.deployment)] = search.replicas
         return
     misses = "; ".join(search.outcome.misses) if search.outcome else ""
     rate = demand / k_cap
@@ -350,7 +402,7 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
                         "of the plans returned"
                     ],
                 ),
-                cost_lower_bound_per_hour_usd=(k_cap + 1) * per_replica,
+                cost_lower_bound_per_hour_usd=candidate.cost(k_cap + 1),
                 simulations=runner.simulations + searched,
             )
         )

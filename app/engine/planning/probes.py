@@ -17,10 +17,19 @@ binomial figure for independent draws; more `probe_requests` (a longer stretch) 
 
 Work is bounded: every probe of a plan draws on one `StepBudget` of simulated steps, and a plan
 that would need more raises `SpecError` naming `probe_requests`.
+
+A search needs only the verdict, and a probe expected to miss (above the rate the runner is told
+is likely to fail, `prefix_above_rps`) first serves only the first quarter of its requests
+(`ProbeRunner.verdict`). Until the first request it leaves out arrives, that prefix run is the
+full run, step for step (a replica schedules only what has arrived): a request served by then
+has its full-run TTFT, and one still waiting has at least the time it has waited. When enough of
+them already exceed the TTFT objective to put the full run's p99 above it, the probe misses and
+stops there; otherwise the full run decides. The verdict is the full run's either way.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +50,9 @@ from app.engine.workload import PoissonWorkload, Trace
 __all__ = ["ProbeOutcome", "ProbeRunner", "ProbeSample", "StepBudget", "build_sample"]
 
 _MEAN_SAMPLE = 100_000  # draws for the traffic's mean lengths (relative error ~0.3 %)
+PREFIX_SHARE = 4
+"""A probe expected to miss first serves 1 / PREFIX_SHARE of its requests (`verdict`)."""
+_PREFIX_LEAST = 400  # requests below which a sample is served whole: a prefix would prove little
 _NEVER_S = 1e30  # the TTFT of a request the KV cache cannot hold: beyond any objective
 
 
@@ -145,6 +157,15 @@ class StepBudget:
         )
 
 
+def _misses_above_p99(count: int) -> int:
+    """How many of `count` values above a level put their p99 above it, with one to spare.
+
+    `np.percentile` interpolates linearly between the sorted values at floor(0.99 (n - 1)) and
+    the next, so its p99 is at least the value at j = floor(0.99 (n - 1)); n - j values above the
+    level include that one. One more guards the rounding of 0.99 (n - 1)."""
+    return count - math.floor(0.99 * (count - 1)) + 1
+
+
 def _p(values: NDArray[np.float64], q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else 0.0
 
@@ -163,6 +184,7 @@ class ProbeRunner:
         slo: Slo,
         check_tpot: bool = True,
         budget: StepBudget | None = None,
+        prefix_above_rps: float | None = None,
     ) -> None:
         self.sample = sample
         self.timer = timer
@@ -172,8 +194,11 @@ class ProbeRunner:
         self.slo = slo
         self.check_tpot = check_tpot
         self.budget = budget
+        self.prefix_above_rps = prefix_above_rps
+        """Rates above this are expected to miss: `verdict` tries a prefix of the sample first."""
         self.simulations = 0
         self._outcomes: dict[float, ProbeOutcome] = {}
+        self._verdicts: dict[float, ProbeOutcome] = {}
         prompts = sample.prompt_tokens
         self._bucket_masks: list[NDArray[np.bool_]] = []
         low = 0
@@ -186,13 +211,35 @@ class ProbeRunner:
         known = self._outcomes.get(requests_per_s)
         if known is not None:
             return known
+        result = self._simulate(self.sample.trace(requests_per_s), requests_per_s)
+        outcome = self._judge(requests_per_s, result)
+        self._outcomes[requests_per_s] = outcome
+        return outcome
+
+    def verdict(self, requests_per_s: float) -> ProbeOutcome:
+        """Whether the SLOs hold at `requests_per_s`, as `run` says; above `prefix_above_rps`
+        a miss may be settled on the first 1 / `PREFIX_SHARE` of the requests (module
+        docstring), and then only `meets` and `misses` are known (the latencies are NaN)."""
+        known = self._outcomes.get(requests_per_s) or self._verdicts.get(requests_per_s)
+        if known is not None:
+            return known
+        above = self.prefix_above_rps
+        if above is not None and requests_per_s > above and len(self.sample) >= _PREFIX_LEAST:
+            missed = self._prefix_miss(requests_per_s)
+            if missed is not None:
+                self._verdicts[requests_per_s] = missed
+                return missed
+        return self.run(requests_per_s)
+
+    def _simulate(self, trace: Trace, requests_per_s: float) -> SimulationResult:
+        """One simulation of `trace`, drawn from the budget."""
         self.simulations += 1
         budget = self.budget
         if budget is not None and budget.left < 1:
             raise budget.exhausted("none is left for another probe")
         try:
             result = simulate(
-                self.sample.trace(requests_per_s),
+                trace,
                 self.timer,
                 kv_capacity_tokens=self.kv_capacity_tokens,
                 block_tokens=self.block_tokens,
@@ -206,9 +253,58 @@ class ProbeRunner:
             raise budget.exhausted(detail) from None
         if budget is not None:
             budget.left -= result.steps
-        outcome = self._judge(requests_per_s, result)
-        self._outcomes[requests_per_s] = outcome
-        return outcome
+        return result
+
+    def _prefix_miss(self, requests_per_s: float) -> ProbeOutcome | None:
+        """The full run's miss, proven on a prefix of the requests, or None (not proven)."""
+        trace = self.sample.trace(requests_per_s)
+        count = len(trace) // PREFIX_SHARE
+        arrival_s = trace.arrival_s[:count]
+        result = self._simulate(
+            Trace(
+                arrival_s=arrival_s,
+                prompt_tokens=trace.prompt_tokens[:count],
+                output_tokens=trace.output_tokens[:count],
+            ),
+            requests_per_s,
+        )
+        # Until `cutoff_s` the prefix run is the full run: a first token by then is the full
+        # run's; a request without one then (still waiting, or never served: NaN) gets it
+        # later in the full run, or never, so its TTFT exceeds cutoff_s - arrival (float
+        # subtraction keeps the order).
+        cutoff_s = float(trace.arrival_s[count])
+        first_s = result.requests.first_token_s
+        served = np.where(np.isnan(first_s), math.inf, first_s)
+        at_least_s = np.minimum(served, cutoff_s) - arrival_s
+        slo = self.slo
+        misses: list[str] = []
+        objectives = [(slo.ttft_p99_ms, np.ones(len(trace), dtype=bool), "")]
+        objectives += [
+            (bucket.ttft_p99_ms, mask, f" for prompts up to {bucket.max_prompt_tokens} tokens")
+            for bucket, mask in zip(slo.ttft_buckets, self._bucket_masks, strict=True)
+        ]
+        for objective_ms, mask, scope in objectives:
+            late = int(np.count_nonzero(mask[:count] & (at_least_s * MS_PER_S > objective_ms)))
+            if late >= _misses_above_p99(int(np.count_nonzero(mask))):
+                misses.append(
+                    f"TTFT p99 > {objective_ms:g} ms{scope}: {late} of the first {count} "
+                    "requests already take longer"
+                )
+        if not misses:
+            return None
+        nan = math.nan
+        return ProbeOutcome(
+            requests_per_s=requests_per_s,
+            meets=False,
+            ttft_p50_ms=nan,
+            ttft_p99_ms=nan,
+            tpot_p50_ms=nan,
+            tpot_p99_ms=nan,
+            ttft_p99_ms_by_bucket=tuple(None for _ in slo.ttft_buckets),
+            saturated=False,
+            rejected_requests=int(result.requests.rejected.sum()),
+            misses=tuple(misses),
+        )
 
     def _judge(self, requests_per_s: float, result: SimulationResult) -> ProbeOutcome:
         times = result.requests

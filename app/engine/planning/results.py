@@ -112,9 +112,10 @@ class CandidatePlan:
 class DisaggregatedPlan:
     """Separate prefill and decode pools on the GPU, tp and formats of the best aggregated plan.
 
-    The prefill pool is sized with the simulator (the same requests, each stopping at its first
-    token, against the TTFT SLOs); the decode pool analytically (below). Moving each request's KV
-    cache from the prefill to the decode pool is not modelled.
+    Both pools are sized with the simulator: the prefill pool on the same requests, each stopping
+    at its first token, against the TTFT SLOs; the decode pool on the requests arriving after
+    their prefill and their KV transfer, against the TPOT SLO, searched from the analytical bound
+    below (`app.engine.planning.disaggregated`).
     """
 
     gpu: str
@@ -128,9 +129,11 @@ class DisaggregatedPlan:
     decode_batch_size: int
     """Largest decode batch whose step meets the TPOT SLO (and that the KV cache holds)."""
     decode_mean_batch: float
-    """The mean batch planned: the largest whose batch + 2.33 standard deviations (a Poisson
-    count's 99th percentile) stays within `decode_batch_size`."""
+    """The analytical bound's mean batch, where the decode pool's simulated search starts: the
+    largest whose batch + 2.33 standard deviations (a Poisson count's 99th percentile) stays
+    within `decode_batch_size`."""
     decode_tpot_ms: float | None
+    """The simulated TPOT p99 of the planned decode pool (the KV transfer included)."""
     decode_max_requests_per_s_per_replica: float | None
     gpus_total: int | None
     cost_per_hour_usd: float | None

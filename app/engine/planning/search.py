@@ -4,9 +4,11 @@ one replica sustains.
 The replica count is searched over whole numbers k, probing the per-replica rate demand / k, not
 over a continuous rate: the answer is exactly "the smallest k whose probe meets the SLOs" (for a
 verdict monotone in the rate), so a tighter SLO, whose probes fail wherever the looser one's do,
-can never need fewer replicas. The search gallops up from the analytic minimum k_min (k_min,
-k_min + 1, k_min + 3, k_min + 7, ...) and bisects the last gap, so the usual answer, k_min or
-one more, costs one or two probes.
+can never need fewer replicas. The search starts from a guess (the planner's estimate of the
+answer, or what a sibling candidate needed), gallops away from it (k + 1, k + 3, k + 7, ...
+after a miss; k - 1, k - 2, k - 4, ... after a meet, never below the analytic minimum k_min)
+and bisects the last gap, so a right guess costs two probes, that k and k - 1, and a guess
+beyond the cost cap (more replicas than could beat the plans found) one, at the cap.
 """
 
 from __future__ import annotations
@@ -35,30 +37,54 @@ class ReplicaSearch:
 
 
 def search_replicas(
-    runner: ProbeRunner, demand_rps: float, k_min: int, k_cap: int
+    runner: ProbeRunner,
+    demand_rps: float,
+    k_min: int,
+    k_cap: int,
+    *,
+    first: int | None = None,
 ) -> ReplicaSearch:
-    """Smallest k in [k_min, k_cap] with `runner.run(demand_rps / k).meets`."""
+    """Smallest k in [k_min, k_cap] with `runner.verdict(demand_rps / k).meets`.
+
+    The first probe is at `first` (clamped into [k_min, k_cap]; k_min when None): a good guess
+    settles the usual answer with two probes, that k and k - 1. From a miss the search gallops
+    up (first + 1, + 3, + 7, ...), from a meet down (first - 1, - 2, - 4, ...), then bisects the
+    last gap; whatever the guess, it ends on a k that meets beside k - 1 that misses (or k_min),
+    so the answer does not depend on it for a verdict monotone in the rate."""
     if k_cap < k_min:
         return ReplicaSearch(None, None, None)
+    start = k_min if first is None else min(max(first, k_min), k_cap)
+    outcome = runner.verdict(demand_rps / start)
+    # Bracket: `low` misses (k_min - 1: nothing below k_min is searched), `high` meets.
+    low, high, best = k_min - 1, start, outcome
     failing: int | None = None
-    last_fail: ProbeOutcome | None = None
-    step = 1
-    k = k_min
-    while True:
-        outcome = runner.run(demand_rps / k)
-        if outcome.meets:
-            break
-        failing, last_fail = k, outcome
-        if k >= k_cap:
-            return ReplicaSearch(None, last_fail, failing)
-        k = min(k_min + 2 * step - 1, k_cap)
-        step *= 2
-    # k meets and `failing` (if any) misses: bisect the whole numbers between them.
-    low = failing if failing is not None else k_min - 1
-    high, best = k, outcome
+    if outcome.meets:
+        step = 1
+        while high - low > 1:
+            k = max(start - step, low + 1)
+            probe = runner.verdict(demand_rps / k)
+            step *= 2
+            if not probe.meets:
+                low, failing = k, k
+                break
+            high, best = k, probe
+    else:
+        low, failing = start, start
+        step = 1
+        while True:
+            if low >= k_cap:
+                return ReplicaSearch(None, best, failing)
+            k = min(start + 2 * step - 1, k_cap)
+            step *= 2
+            probe = runner.verdict(demand_rps / k)
+            if probe.meets:
+                high, best = k, probe
+                break
+            low, failing, best = k, k, probe
+    # `low` misses (or lies below k_min) and `high` meets: bisect the whole numbers between.
     while high - low > 1:
         middle = (low + high) // 2
-        probe = runner.run(demand_rps / middle)
+        probe = runner.verdict(demand_rps / middle)
         if probe.meets:
             high, best = middle, probe
         else:
@@ -87,7 +113,7 @@ def refine_rate(
             break
         middle = guess if guess is not None and low < guess < high else math.sqrt(low * high)
         guess = None
-        if runner.run(middle).meets:
+        if runner.verdict(middle).meets:
             low = middle
         else:
             high = middle
