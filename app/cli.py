@@ -1,6 +1,7 @@
 """`ridgeline` command: database migrations, catalog load, OpenAPI export.
 
 ridgeline serve [--host 127.0.0.1] [--port 8000] [--workers 1]
+ridgeline worker [--concurrency 1]
 ridgeline migrate [--revision head]
 ridgeline load-catalog
 ridgeline openapi [--out openapi/openapi.json]
@@ -13,9 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from app.bundled import load_bundled_catalog
+from app.catalog.invalidation import watch_catalog
 from app.db.migrate import upgrade
 from app.db.session import make_engine, make_session_factory
 from app.settings import get_settings
@@ -31,9 +34,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _load_catalog(_args: argparse.Namespace) -> int:
-    engine = make_engine(get_settings().database_url)
+    url = get_settings().database_url
+    engine = make_engine(url)
     try:
-        with make_session_factory(engine).begin() as session:
+        sessions = make_session_factory(engine)
+        watch_catalog(sessions, url)  # on PostgreSQL, serving replicas drop what it changed
+        with sessions.begin() as session:
             report = load_bundled_catalog(session)
     finally:
         engine.dispose()
@@ -84,6 +90,25 @@ def _serve(args: argparse.Namespace) -> int:
 _MAX_REQUEST_HEAD_BYTES = 1 << 20
 
 
+def _worker(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415  (only the worker needs these)
+
+    from app.logs import configure_logging  # noqa: PLC0415
+    from app.main import heavy_work_limits  # noqa: PLC0415
+    from app.plans.jobs import worker_limits  # noqa: PLC0415
+    from app.plans.queue import run_worker  # noqa: PLC0415
+    from app.web.heavy import HeavyWork  # noqa: PLC0415
+
+    settings = get_settings()
+    configure_logging(settings.log_level)
+    concurrency = args.concurrency
+    limits = heavy_work_limits(settings)
+    # One heavy-work process per plan at once: planning is all this process does.
+    heavy = HeavyWork(replace(limits, processes=concurrency, queue=0))
+    asyncio.run(run_worker(settings, heavy, worker_limits(settings, concurrency)))
+    return 0
+
+
 def _import_profiles(args: argparse.Namespace) -> int:
     from app.profiles.bundled import write_bundled_profile  # noqa: PLC0415 - needs the extra
 
@@ -114,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-*")
     serve.add_argument("--forwarded-allow-ips", default="127.0.0.1")
     serve.set_defaults(run=_serve)
+    worker = commands.add_parser(
+        "worker",
+        help="run queued plans (RIDGELINE_DATABASE_URL's: procrastinate's plans queue on "
+        "PostgreSQL) until SIGTERM, which puts the plans running here back in the queue",
+    )
+    worker.add_argument("--concurrency", type=int, default=1, help="plans run at once")
+    worker.set_defaults(run=_worker)
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.add_argument("--revision", default="head")
     migrate.set_defaults(run=_migrate)

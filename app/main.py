@@ -14,12 +14,16 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.bundled import load_bundled_catalog
+from app.capacity import endpoints as capacity
 from app.catalog import endpoints as catalog
-from app.catalog.spec_cache import SpecCache
+from app.catalog.invalidation import catalog_caches
 from app.db.session import DatabaseLimits, make_engine, make_session_factory
+from app.deployments import endpoints as deployments
 from app.estimates import endpoints as estimates
 from app.logs import configure_logging
 from app.plans import endpoints as plans
+from app.plans.jobs import worker_limits
+from app.plans.queue import plan_jobs
 from app.profiles import endpoints as profiles
 from app.runs import endpoints as runs
 from app.runs.validation import watch as watch_expected_errors
@@ -86,8 +90,12 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         session_factory = make_session_factory(engine)
         app.state.engine = engine
         app.state.session_factory = session_factory
-        spec_cache = SpecCache(session_factory, settings.catalog_cache_ttl_s)
-        spec_cache.watch(session_factory)  # a committed catalog write drops its cached spec
+        # Catalog specs for estimates and catalog answers as sent: a committed catalog write
+        # drops what it changed from both at once, and on PostgreSQL from every other
+        # process's too (app.catalog.invalidation).
+        invalidation, spec_cache, app.state.representations = catalog_caches(
+            session_factory, settings.database_url, settings.catalog_cache_ttl_s
+        )
         watch_expected_errors(session_factory)  # and refreshes the GPU's expected error
         app.state.spec_cache = spec_cache
         app.state.response_memo = ResponseMemo(settings.response_memo_entries)
@@ -100,7 +108,15 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         if not settings.api_keys:
             _log.warning("no API keys configured (RIDGELINE_API_KEYS): every write gets 403")
         try:
-            yield
+            async with (
+                invalidation.listening(settings.database_url),
+                plan_jobs(
+                    settings, session_factory, spec_cache, heavy, worker_limits(settings)
+                ) as app.state.plan_jobs,
+            ):
+                # Plans: procrastinate's queue on PostgreSQL, an in-process worker on SQLite;
+                # this process runs `plan_workers` plans at once (app.plans.queue).
+                yield
         finally:
             if owns_heavy_work:
                 heavy.close()
@@ -119,14 +135,18 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
     app.state.heavy_work = heavy
     app.state.metrics = HttpMetrics(heavy)
     install_problem_handlers(app)
+    # Routes are matched in order: probes, then the scheduler's hot path (estimates; repeated
+    # catalog reads are answered before routing).
     app.include_router(health.router)
+    app.include_router(estimates.router)
     app.include_router(catalog.gpu_router)
     app.include_router(catalog.model_router)
-    app.include_router(estimates.router)
     app.include_router(runs.run_router)
     app.include_router(runs.calibration_router)
     app.include_router(simulations.router)
     app.include_router(plans.router)
+    app.include_router(deployments.router)
+    app.include_router(capacity.router)
     app.include_router(profiles.router)
     app.include_router(serving_runs.router)
     install_docs(app)

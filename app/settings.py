@@ -48,8 +48,10 @@ class Settings(BaseSettings):
         default=5.0,
         ge=0,
         description=(
-            "How long an estimate may use a catalog entry read by this process. Writes through "
-            "this process invalidate at once; writes through another replica are seen within it."
+            "How long this process may keep a catalog entry, answer or estimate it read. Writes "
+            "through this process invalidate at once, through another replica on PostgreSQL "
+            "within milliseconds (LISTEN/NOTIFY); this bounds the rest (SQLite, a listener "
+            "reconnecting)."
         ),
     )
     response_memo_entries: int = Field(
@@ -139,6 +141,64 @@ class Settings(BaseSettings):
         default=4 * 2**30,
         ge=2**28,
         description="Address-space limit of each heavy-work process.",
+    )
+
+    plan_wait_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description=(
+            "`POST /v1/plans` answers 201 with the plan when it is done within this, else 202 "
+            "with its `Location` to poll."
+        ),
+    )
+    plan_workers: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description=(
+            "Plans this process runs at once, each in a heavy-work process (on PostgreSQL, a "
+            "procrastinate worker on the `plans` queue); 0: it runs none (run `ridgeline "
+            "worker` processes instead)."
+        ),
+    )
+    plan_queue_limit: int = Field(
+        default=100,
+        ge=1,
+        le=100_000,
+        description="Plans that may be queued or running at once; beyond them a 429.",
+    )
+    plan_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description=(
+            "How often an idle plan worker looks for plans queued by other processes (on "
+            "PostgreSQL a fallback: LISTEN/NOTIFY wakes procrastinate's workers at once), and "
+            "for plans to abort."
+        ),
+    )
+    plan_lease_s: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description=(
+            "A plan worker silent for this long is presumed dead and its plan restarted by "
+            "another: on PostgreSQL no procrastinate heartbeat (sent every third of this; "
+            "stalled jobs are looked for every half), on SQLite no lease renewed."
+        ),
+    )
+    plan_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Starts of one plan before it fails (each worker died running it).",
+    )
+    plan_progress_interval_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="Least time between two progress writes (and cancellation checks) of a plan.",
     )
 
     @field_validator("api_keys", mode="before")

@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 
 from app import tables  # noqa: F401  (registers every table on Base.metadata)
 from app.db.session import Base, make_engine
+from app.plans.queue import procrastinate_owns
 from app.settings import get_settings
 
 config = context.config
@@ -19,12 +20,19 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 target_metadata = Base.metadata
 
 
+def include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """Autogenerate compares our tables only: procrastinate's (migration 0010) are the
+    library's, not in `Base.metadata`."""
+    return not (type_ == "table" and name is not None and procrastinate_owns(name))
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER most things
         compare_type=True,
+        include_name=include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -31,6 +31,9 @@ from app.web.heavy import HeavyWork, HeavyWorkLimits
 TEST_API_KEY = "test-key-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TEST_API_KEY}"}
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+PLAN_WAIT_S = 60.0
+"""Tests see a plan answered at once (201) unless they ask for a shorter wait: a loaded test
+machine may take seconds to start the first heavy-work process."""
 
 
 def _postgres_admin_url() -> str:
@@ -79,7 +82,8 @@ _LOADED: dict[str, list[tuple[Table, list[dict[str, Any]]]]] = {}
 
 
 def reset_database(url: str) -> None:
-    """Empty every table and load the bundled catalog, as `make run` leaves a new database.
+    """Empty every table (procrastinate's jobs too) and load the bundled catalog, as `make
+    run` leaves a new database.
 
     The loader runs once per database and session; later resets write back the rows it left
     (one multi-row insert per table, a tenth of the loader's time). The loader's own behaviour
@@ -87,6 +91,10 @@ def reset_database(url: str) -> None:
     engine = make_engine(url)
     try:
         with engine.begin() as connection:
+            if engine.dialect.name == "postgresql":  # plan jobs' queue (migration 0010)
+                connection.execute(text("DELETE FROM procrastinate_periodic_defers"))
+                connection.execute(text("DELETE FROM procrastinate_jobs"))
+                connection.execute(text("DELETE FROM procrastinate_workers"))
             for table in reversed(Base.metadata.sorted_tables):
                 connection.execute(table.delete())
             loaded = _LOADED.get(url)
@@ -114,6 +122,7 @@ def settings(database_url: str) -> Settings:
         api_keys=[TEST_API_KEY],
         log_level="WARNING",
         catalog_cache_ttl_s=300.0,
+        plan_wait_s=PLAN_WAIT_S,
     )
 
 
@@ -175,6 +184,7 @@ def postgres_client(postgres_url: str, heavy_work: HeavyWork) -> Iterator[TestCl
         api_keys=[TEST_API_KEY],
         log_level="WARNING",
         catalog_cache_ttl_s=300.0,
+        plan_wait_s=PLAN_WAIT_S,
     )
     with TestClient(create_app(settings, heavy_work), raise_server_exceptions=False) as test_client:
         yield test_client

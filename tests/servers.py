@@ -30,10 +30,11 @@ def served(
     *,
     cwd: Path = ROOT,
     pythonpath: Path | None = None,
+    workers: int = 1,
     **settings: str,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """One `ridgeline serve` process on a free port, run in `cwd` (importing `app` from
-    `pythonpath` when given); yields its base URL and the process."""
+    """One `ridgeline serve` process (`--workers`) on a free port, run in `cwd` (importing
+    `app` from `pythonpath` when given); yields its base URL and the process."""
     port = _free_port()
     extra = {"PYTHONPATH": str(pythonpath)} if pythonpath is not None else {}
     env = {
@@ -42,10 +43,13 @@ def served(
         "RIDGELINE_DATABASE_URL": database_url,
         "RIDGELINE_API_KEYS": TEST_API_KEY,
         "RIDGELINE_LOG_LEVEL": "WARNING",
+        # A plan answered at once (201) unless a test asks for less: a loaded machine may take
+        # seconds to start the first heavy-work process.
+        "RIDGELINE_PLAN_WAIT_S": "60",
         **{f"RIDGELINE_{name.upper()}": value for name, value in settings.items()},
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)],
         cwd=cwd,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -13,6 +13,7 @@ from app.engine.planning import (
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
 )
+from app.engine.simulation import KvLink
 from app.engine.specs import ModelSpec
 from app.simulations.service import LengthsQuery
 from app.targets.service import EfficiencyMode
@@ -53,6 +54,8 @@ class PlanQuery:
     max_plans: int = 3
     exhaustive: bool = False
     disaggregated: bool = False
+    kv_link: KvLink | None = None
+    """The prefill-to-decode KV link of a disaggregated plan (None: the engine's default)."""
     layouts: bool = True
     engine: str | None = None
     """The serving engine whose profiles time each GPU (see `TargetQuery.engine`)."""

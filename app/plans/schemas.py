@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -20,7 +21,7 @@ from app.engine.planning import (
 )
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRow
-from app.simulations.schemas import MAX_REQUESTS, LengthDistribution, TraceRow
+from app.simulations.schemas import MAX_REQUESTS, KvLinkSettings, LengthDistribution, TraceRow
 from app.simulations.service import MIN_REQUESTS_PER_S
 from app.targets.schemas import ENGINE_PATTERN, Format, model_query
 from app.targets.service import EfficiencyMode
@@ -30,7 +31,11 @@ __all__ = [
     "BucketLatency",
     "CandidateRead",
     "DisaggregatedRead",
+    "NotPlannedExample",
+    "NotPlannedGroup",
+    "PlanAnswer",
     "PlanList",
+    "PlanProblem",
     "PlanRead",
     "PlanRequest",
     "PlanSummary",
@@ -227,6 +232,13 @@ class PlanRequest(Input):
     disaggregated: bool = Field(
         default=False, description="Also size separate prefill and decode pools, and compare."
     )
+    disaggregated_link: KvLinkSettings | None = Field(
+        default=None,
+        description=(
+            "With `disaggregated`: the link each request's KV crosses from the prefill pool to "
+            "the decode pool (default: one 400 Gb/s port per GPU and 1 ms per transfer)."
+        ),
+    )
     layouts: bool = Field(
         default=True,
         description=(
@@ -279,6 +291,7 @@ class PlanRequest(Input):
             exhaustive=self.exhaustive,
             engine=self.engine,
             disaggregated=self.disaggregated,
+            kv_link=self.disaggregated_link.link() if self.disaggregated_link else None,
             layouts=self.layouts,
         )
 
@@ -371,7 +384,9 @@ class DisaggregatedRead(BaseModel):
     )
     decode_replicas: int | None = Field(description="Decode replicas (null: SLA unreachable).")
     decode_batch_size: int = Field(description="Largest decode batch meeting the TPOT SLO.")
-    decode_mean_batch: float = Field(description="Mean decode batch planned.")
+    decode_mean_batch: float = Field(
+        description="Mean decode batch of the analytical bound the simulated search starts from."
+    )
     decode_tpot_ms: float | None = Field(description="Decode step at the mean batch.")
     decode_max_requests_per_s_per_replica: float | None = Field(
         description="Requests per second one decode replica completes."
@@ -388,10 +403,11 @@ class DisaggregatedRead(BaseModel):
 
 
 class PlanRead(BaseModel):
-    """A stored plan: the answer, the request, and the catalog versions it was computed from."""
+    """A finished plan in full: the answer, the request, and the catalog versions it was
+    computed from."""
 
     id: str = Field(description="Plan id.")
-    created_at: datetime = Field(description="When it was planned (UTC).")
+    created_at: datetime = Field(description="When it was asked for (UTC).")
     catalog_versions: dict[str, dict[str, int]] = Field(
         description="`gpus` and `models`: the version of every catalog entry used, by id."
     )
@@ -415,6 +431,9 @@ class PlanRead(BaseModel):
 
     @classmethod
     def of(cls, row: PlanRow) -> PlanRead:
+        """`row`'s answer in full; `ValueError` when it has none (not done)."""
+        if row.response is None:
+            raise ValueError(f"plan {row.id} has no answer: it is {row.status}")
         return cls.model_validate(
             {
                 "id": row.id,
@@ -426,28 +445,188 @@ class PlanRead(BaseModel):
         )
 
 
-class PlanSummary(BaseModel):
-    """A stored plan in brief."""
+PlanStatusName = Literal["queued", "running", "done", "failed", "cancelled"]
+Detail = Literal["compact", "full"]
+EXAMPLES_PER_REASON = 3
+"""Candidates shown for each reason a compact answer groups."""
+
+
+class PlanProblem(BaseModel):
+    """Why a plan failed, as an RFC 9457 problem (what a synchronous answer would have been)."""
+
+    type: str = Field(description="The problem type, `/problems/{slug}`.")
+    title: str = Field(description="The problem type's title.")
+    status: int = Field(description="The HTTP status the problem has.")
+    detail: str = Field(description="What went wrong.")
+    errors: list[dict[str, str]] = Field(
+        default_factory=list, description="`field` and `message` of each refused field."
+    )
+
+
+class NotPlannedExample(BaseModel):
+    """One candidate of a reason group, with its reason in full."""
+
+    gpu: str = Field(description="Catalog GPU id.")
+    tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline stages.")
+    dp: int = Field(description="Attention data-parallel ranks.")
+    ep: int = Field(description="Expert-parallel degree.")
+    weight_dtype: str = Field(description="Weight format.")
+    kv_dtype: str = Field(description="KV-cache format.")
+    max_num_seqs: int | None = Field(description="Scheduler's max_num_seqs.")
+    chunk_tokens: int | None = Field(description="Prefill chunk.")
+    reason: str = Field(description="Why it was not planned, in full.")
+
+
+class NotPlannedGroup(BaseModel):
+    """Candidates not planned for one reason (numbers aside)."""
+
+    status: Literal["pruned", "infeasible"] = Field(description="Their verdict.")
+    reason: str = Field(description="The reason, its figures replaced by `…`.")
+    count: int = Field(description="Candidates with it.")
+    examples: list[NotPlannedExample] = Field(
+        description=f"The first {EXAMPLES_PER_REASON} of them."
+    )
+
+
+_FIGURE = re.compile(r"(?<![\w.-])\$?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?%?(?!\w)")
+"""A figure standing alone (`3`, `$2.89`, `0.5 %`, `4056-token`), not part of a name (`fp8`,
+`a100-sxm4-40gb`)."""
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason's head (what comes before its first `: `, its figures replaced): candidates
+    refused for the same cause share it."""
+    return _FIGURE.sub("…", reason.split(": ", 1)[0])
+
+
+def not_planned_groups(candidates: list[dict[str, Any]]) -> list[NotPlannedGroup]:
+    """The candidates not planned (stored documents), grouped by verdict and reason kind,
+    largest group first; the verdict reason is a candidate's last."""
+    groups: dict[tuple[str, str], NotPlannedGroup] = {}
+    for c in candidates:
+        if c["status"] == "planned":
+            continue
+        reason = c["reasons"][-1] if c["reasons"] else ""
+        key = (c["status"], _reason_kind(reason))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = NotPlannedGroup(
+                status=c["status"], reason=key[1], count=0, examples=[]
+            )
+        group.count += 1
+        if len(group.examples) < EXAMPLES_PER_REASON:
+            group.examples.append(NotPlannedExample.model_validate({**c, "reason": reason}))
+    return sorted(groups.values(), key=lambda g: (-g.count, g.status, g.reason))
+
+
+class PlanAnswer(BaseModel):
+    """A plan asked for: its job's state and, when done, its answer. Compact (the default)
+    gives the planned candidates and the others grouped by reason; `detail=full` also every
+    candidate as `plans` and `pruned`."""
 
     id: str = Field(description="Plan id.")
-    created_at: datetime = Field(description="When it was planned (UTC).")
+    created_at: datetime = Field(description="When it was asked for (UTC).")
+    status: PlanStatusName = Field(
+        description="`queued` (no worker has it yet), `running`, `done`, `failed` (see "
+        "`error`) or `cancelled` (DELETE stopped it)."
+    )
+    progress: float = Field(
+        ge=0, le=1, description="Candidates with their verdict over candidates, 0-1."
+    )
+    error: PlanProblem | None = Field(description="Why it failed (when failed).")
+    detail: Detail | None = Field(description="How much of the answer is shown (when done).")
+    catalog_versions: dict[str, dict[str, int]] = Field(
+        description="`gpus` and `models`: the version of every catalog entry used, by id."
+    )
+    request: dict[str, Any] = Field(description="The request as validated, defaults filled in.")
+    plans: list[CandidateRead] | None = Field(
+        description="Compact: the planned candidates by cost. Full: then the infeasible ones "
+        "with their reasons. Null until done."
+    )
+    pruned: list[CandidateRead] | None = Field(
+        description="Full only: candidates that cannot beat the plans returned."
+    )
+    not_planned: list[NotPlannedGroup] | None = Field(
+        description="Infeasible and pruned candidates, grouped by reason (when done)."
+    )
+    disaggregated: DisaggregatedRead | None = Field(
+        description="Separate prefill and decode pools, when asked for."
+    )
+    demand_requests_per_s: float | None = Field(description="traffic x (1 + headroom).")
+    mean_prompt_tokens: float | None = Field(description="Mean prompt length of the traffic.")
+    mean_output_tokens: float | None = Field(description="Mean output length of the traffic.")
+    probe_requests: int | None = Field(description="Requests in each simulation probe.")
+    simulations: int | None = Field(description="Simulation probes run in all.")
+    elapsed_ms: float | None = Field(description="Time the planning took.")
+    notes: list[str] | None = Field(description="How the plan was computed.")
+
+    @classmethod
+    def of(cls, row: PlanRow, detail: Detail = "compact") -> PlanAnswer:
+        fields: dict[str, Any] = {
+            "id": row.id,
+            "created_at": row.created_at,
+            "status": row.status,
+            "progress": row.progress,
+            "error": row.error,
+            "detail": None,
+            "catalog_versions": row.catalog_versions,
+            "request": row.request,
+        }
+        answer = row.response
+        if row.status == "done" and answer is not None:
+            everything = [*answer["plans"], *answer["pruned"]]
+            fields |= answer | {"detail": detail, "not_planned": not_planned_groups(everything)}
+            if detail == "compact":
+                fields["plans"] = [c for c in answer["plans"] if c["status"] == "planned"]
+                fields["pruned"] = None
+        else:
+            fields |= dict.fromkeys(
+                (
+                    "plans",
+                    "pruned",
+                    "not_planned",
+                    "disaggregated",
+                    "demand_requests_per_s",
+                    "mean_prompt_tokens",
+                    "mean_output_tokens",
+                    "probe_requests",
+                    "simulations",
+                    "elapsed_ms",
+                    "notes",
+                )
+            )
+        return cls.model_validate(fields)
+
+
+class PlanSummary(BaseModel):
+    """A plan in brief."""
+
+    id: str = Field(description="Plan id.")
+    created_at: datetime = Field(description="When it was asked for (UTC).")
+    status: PlanStatusName = Field(description="Its job's state (see `PlanAnswer`).")
+    progress: float = Field(ge=0, le=1, description="Candidates done over candidates, 0-1.")
     model: str = Field(description="Catalog model id, or `inline`.")
     requests_per_s: float = Field(description="The traffic planned for.")
-    best: dict[str, Any] = Field(
-        description="The cheapest plan: `feasible`, and when true `gpu`, `tp`, `weight_dtype`, "
-        "`replicas`, `gpus_total`, `cost_per_hour_usd`."
+    best: dict[str, Any] | None = Field(
+        description="The cheapest plan when done: `feasible`, and when true `gpu`, `tp`, "
+        "`weight_dtype`, `replicas`, `gpus_total`, `cost_per_hour_usd`; else null."
     )
 
     @classmethod
     def of(cls, row: PlanRow) -> PlanSummary:
-        return cls(
-            id=row.id,
-            created_at=row.created_at,
-            model=row.model_id,
-            requests_per_s=row.requests_per_s,
-            best=row.summary,
+        return cls.model_validate(
+            {
+                "id": row.id,
+                "created_at": row.created_at,
+                "status": row.status,
+                "progress": row.progress,
+                "model": row.model_id,
+                "requests_per_s": row.requests_per_s,
+                "best": row.summary,
+            }
         )
 
 
 class PlanList(Page[PlanSummary]):
-    """One page of stored plans, newest first."""
+    """One page of plans, newest first."""

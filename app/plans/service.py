@@ -1,6 +1,11 @@
 """Capacity plans: resolve the model and the candidate GPUs with their prices, plan with the
 engine, and store the request, the answer and the catalog versions used.
 
+A plan is a job (`app.plans.queue` hands it to a worker, `app.plans.jobs` runs it): `queue_plan`
+stores it `queued`, a worker plans it (`compute_plan`, in a heavy-work process, reporting
+progress) and closes it with `finish_plan` or `fail_plan` (`fail_queued_plan` when the job
+queue refused it); `cancel_or_delete_plan` stops one still to finish, or forgets a finished one.
+
 The answer is stored as the JSON document the API returns (`plans`, `pruned`, `disaggregated`,
 ...), so reading a plan back months later shows exactly what it said, whatever the catalog says
 now; `catalog_versions` says which versions of the entries it was computed from.
@@ -34,11 +39,12 @@ from app.engine.planning import (
     TtftBucket,
     plan_capacity,
 )
+from app.engine.planning.progress import PlanProgress
 from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
-from app.errors import InvalidInput, PlanNotFound, spec_errors
+from app.errors import Conflict, DomainError, FieldProblem, InvalidInput, PlanNotFound, spec_errors
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
-from app.plans.repository import PlanRepository, PlanRow
-from app.plans.schemas import CandidateRead, DisaggregatedRead
+from app.plans.repository import PlanRepository, PlanRow, PlanStatus
+from app.plans.schemas import CandidateRead, DisaggregatedRead, PlanRead
 from app.simulations.service import (
     MIN_REQUESTS_PER_S,
     check_trace_lengths,
@@ -50,14 +56,92 @@ from app.targets.service import EfficiencyMode, resolve_model
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
     "ComputedPlan",
+    "PlanFailed",
     "PlanJob",
+    "PlanNotDone",
     "PlanQuery",
+    "PlanQueueFull",
+    "PlanQueueUnavailable",
+    "cancel_or_delete_plan",
     "compute_plan",
+    "fail_plan",
+    "fail_queued_plan",
+    "finish_plan",
+    "forget_plan",
     "get_plan",
     "list_plans",
+    "plan_in_full",
     "prepare_plan",
-    "store_plan",
+    "problem_of",
+    "queue_plan",
 ]
+
+
+class PlanNotDone(Conflict):
+    """A plan's answer was asked for (drawn) before the plan was done."""
+
+    def __init__(self, plan_id: str, status: str, progress: float) -> None:
+        super().__init__(
+            f"Plan {plan_id!r} is {status} ({progress:.0%} of its candidates done): only a "
+            "done plan can be drawn; poll GET /v1/plans/{id} until its status is done."
+        )
+        self.plan_id = plan_id
+
+
+class PlanQueueFull(DomainError):
+    """Too many plans are queued or running already."""
+
+    status = 429
+    slug = "too-many-requests"
+    title = "Too many requests"
+
+    def __init__(self, waiting: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"{waiting} plan(s) queued or running already, as many as this service takes; "
+            "retry shortly."
+        )
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
+class PlanQueueUnavailable(DomainError):
+    """The job queue did not take a stored plan (its database went away after the plan was
+    stored); the plan is stored failed with this problem."""
+
+    status = 503
+    slug = "queue-unavailable"
+    title = "Service unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The plan could not be handed to the job queue, so it was not started; retry shortly."
+        )
+        self.headers = {"Retry-After": "5"}
+
+
+class PlanFailed(DomainError):
+    """The problem a plan failed with, raised again (a plan that fails within the wait of its
+    POST answers as a synchronous plan would have)."""
+
+    def __init__(self, problem: Mapping[str, Any]) -> None:
+        super().__init__(
+            str(problem["detail"]),
+            tuple(FieldProblem(e["field"], e["message"]) for e in problem.get("errors", [])),
+        )
+        self.status = int(problem["status"])
+        self.slug = str(problem["type"]).rsplit("/", 1)[-1]
+        self.title = str(problem["title"])
+
+
+def problem_of(error: DomainError) -> dict[str, Any]:
+    """`error` as the problem a failed plan stores (`PlanProblem`)."""
+    return {
+        "type": f"/problems/{error.slug}",
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+        "errors": [{"field": e.field, "message": e.message} for e in error.errors],
+    }
+
 
 # The KV format each weight format is served with unless kv_dtypes says otherwise.
 _NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
@@ -196,6 +280,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
             max_plans=query.max_plans,
             exhaustive=query.exhaustive,
             disaggregated=query.disaggregated,
+            kv_link=query.kv_link,
             layouts=query.layouts,
         )
         traffic = _traffic(query, model)
@@ -206,11 +291,14 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
     return PlanJob(query, model, model_id, tuple(offers), traffic, slo, options, versions)
 
 
-def compute_plan(job: PlanJob) -> ComputedPlan:
-    """Plan a prepared job (in a heavy-work process; pure computation)."""
+def compute_plan(job: PlanJob, progress: PlanProgress | None = None) -> ComputedPlan:
+    """Plan a prepared job (in a heavy-work process), telling `progress` how far it got;
+    `PlanCancelled` when `progress` stops it."""
     start = time.perf_counter()
     with spec_errors():
-        plan = plan_capacity(job.model, job.offers, job.traffic, job.slo, job.options)
+        plan = plan_capacity(
+            job.model, job.offers, job.traffic, job.slo, job.options, progress=progress
+        )
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
         document=_document(plan, elapsed_ms),
@@ -271,22 +359,89 @@ def _summary(plan: CapacityPlan) -> dict[str, Any]:
     }
 
 
-def store_plan(
-    session: Session, job: PlanJob, computed: ComputedPlan, request: Mapping[str, Any]
-) -> PlanRow:
-    """Store a computed plan with `request` (the body as validated); returns the row."""
+def queue_plan(session: Session, job: PlanJob, request: Mapping[str, Any], limit: int) -> PlanRow:
+    """Store a prepared plan `queued` with `request` (the body as validated); `PlanQueueFull`
+    when `limit` plans are queued or running already."""
+    repository = PlanRepository(session)
+    waiting = repository.waiting()
+    if waiting >= limit:
+        raise PlanQueueFull(waiting, retry_after_s=5)
     row = PlanRow(
         id=uuid.uuid4().hex,
         created_at=utcnow(),
         model_id=job.model_id,
-        requests_per_s=computed.demand_requests_per_s / (1 + job.query.headroom),
+        requests_per_s=job.traffic.requests_per_s,
         request=dict(request),
-        response=computed.document,
+        response=None,
         catalog_versions=job.catalog_versions,
-        summary=computed.summary,
+        summary=None,
+        status=PlanStatus.QUEUED,
+        progress=0.0,
+        attempts=0,
     )
-    PlanRepository(session).add(row)
+    repository.add(row)
     return row
+
+
+def finish_plan(
+    session: Session, plan_id: str, owner: str, job: PlanJob, computed: ComputedPlan
+) -> bool:
+    """Store `owner`'s computed plan, done, with the catalog versions it read; False when
+    `owner` no longer holds the job (cancelled meanwhile, or taken over)."""
+    return PlanRepository(session).finish(
+        plan_id,
+        owner,
+        {
+            "status": PlanStatus.DONE,
+            "progress": 1.0,
+            "response": computed.document,
+            "summary": computed.summary,
+            "catalog_versions": job.catalog_versions,
+            "requests_per_s": computed.demand_requests_per_s / (1 + job.query.headroom),
+        },
+    )
+
+
+def fail_plan(session: Session, plan_id: str, owner: str, error: DomainError) -> bool:
+    """Close `owner`'s job as failed with `error`'s problem; False when it no longer holds it."""
+    return PlanRepository(session).finish(
+        plan_id, owner, {"status": PlanStatus.FAILED, "error": problem_of(error)}
+    )
+
+
+def fail_queued_plan(session: Session, plan_id: str, error: DomainError) -> bool:
+    """Close a plan no worker holds yet as failed with `error`'s problem; False when it is no
+    longer queued."""
+    return PlanRepository(session).close_queued(
+        plan_id, {"status": PlanStatus.FAILED, "error": problem_of(error)}
+    )
+
+
+def forget_plan(session: Session, plan_id: str) -> None:
+    """Delete a plan (one that failed within its POST's wait: it was answered as a problem)."""
+    repository = PlanRepository(session)
+    row = repository.get(plan_id)
+    if row is not None:
+        repository.delete(row)
+
+
+def cancel_or_delete_plan(session: Session, plan_id: str) -> PlanRow | None:
+    """Cancel a queued or running plan (its worker stops before its next candidate) and return
+    it; delete a finished one and return None. `PlanNotFound` for an unknown id."""
+    repository = PlanRepository(session)
+    row = get_plan(session, plan_id)
+    if repository.cancel(plan_id):
+        return get_plan(session, plan_id)
+    repository.delete(row)
+    return None
+
+
+def plan_in_full(session: Session, plan_id: str) -> PlanRead:
+    """A done plan's whole answer; `PlanNotDone` (409) before it is done."""
+    row = get_plan(session, plan_id)
+    if row.status != PlanStatus.DONE or row.response is None:
+        raise PlanNotDone(plan_id, row.status, row.progress)
+    return PlanRead.of(row)
 
 
 def get_plan(session: Session, plan_id: str) -> PlanRow:

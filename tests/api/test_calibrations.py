@@ -19,6 +19,7 @@ from app.engine.calibration import (
     fit_efficiency,
 )
 from app.engine.specs import Efficiency
+from app.plans.queue import QUEUE_APPLICATION_NAME
 from app.settings import Settings
 from tests.api.catalog_helpers import snapshot
 from tests.api.test_benchmark_runs import SEED_RUN, _point, run_document, runs_snapshot, upload
@@ -239,8 +240,10 @@ def test_no_transaction_is_held_open_during_the_fit(
                     connection.execute(
                         text(
                             "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND state LIKE 'idle in transaction%'"
-                        )
+                            "current_database() AND state LIKE 'idle in transaction%' "
+                            "AND application_name <> :queue"
+                        ),
+                        {"queue": QUEUE_APPLICATION_NAME},
                     ).scalar_one()
                 )
         finally:

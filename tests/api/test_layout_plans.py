@@ -48,7 +48,7 @@ def _kv_tokens(weights: float, attention_width: int, ranks: int) -> int:
 
 
 def test_deepseek_r1_plan_on_h200_picks_attention_data_parallelism(client: TestClient) -> None:
-    response = client.post("/v1/plans", json=PLAN, headers=AUTH)
+    response = client.post("/v1/plans", json=PLAN, headers=AUTH, params={"detail": "full"})
     assert response.status_code == 201, response.text
     plan = response.json()
     best = plan["plans"][0]

@@ -55,8 +55,10 @@ def plan_body(**changes: Any) -> dict[str, Any]:
     return copy.deepcopy(PLAN) | changes
 
 
-def post_plan(client: TestClient, **changes: Any) -> dict[str, Any]:
-    response = client.post("/v1/plans", json=plan_body(**changes), headers=AUTH)
+def post_plan(client: TestClient, *, full: bool = False, **changes: Any) -> dict[str, Any]:
+    """The plan's answer (201): compact, or with every candidate when `full`."""
+    params = {"detail": "full"} if full else {}
+    response = client.post("/v1/plans", json=plan_body(**changes), headers=AUTH, params=params)
     assert response.status_code == 201, response.text
     answer: dict[str, Any] = response.json()
     return answer
@@ -170,7 +172,7 @@ def test_writing_a_plan_needs_a_key(client: TestClient) -> None:
 
 @pytest.mark.slow
 def test_default_candidates_are_the_priced_gpus_ranked_by_cost(client: TestClient) -> None:
-    answer = post_plan(client, gpus=None, max_plans=3)
+    answer = post_plan(client, gpus=None, max_plans=3, full=True)
     candidates = answer["plans"] + answer["pruned"]
     gpus = {c["gpu"] for c in candidates}
     priced = {
@@ -191,17 +193,19 @@ def test_default_candidates_are_the_priced_gpus_ranked_by_cost(client: TestClien
         assert c["status"] == "pruned" and c["reasons"]
         assert c["cost_lower_bound_per_hour_usd"] >= costs[-1] - 1e-9  # the 3rd plan's
     # A price override brings the unpriced GPU in.
-    override = post_plan(client, gpus=None, price_overrides={"mi325x-256gb": 3.0}, max_plans=1)
+    override = post_plan(
+        client, gpus=None, price_overrides={"mi325x-256gb": 3.0}, max_plans=1, full=True
+    )
     assert "mi325x-256gb" in {c["gpu"] for c in override["plans"] + override["pruned"]}
 
 
 def test_infeasible_candidates_are_listed_with_reasons(client: TestClient) -> None:
-    answer = post_plan(client, tp_candidates=[1, 3], weight_dtypes=["bf16", "fp8"])
+    answer = post_plan(client, tp_candidates=[1, 3], weight_dtypes=["bf16", "fp8"], full=True)
     infeasible = [c for c in answer["plans"] if not c["feasible"]]
     reasons = {(c["tp"], c["weight_dtype"]): c["reasons"][0] for c in infeasible}
     assert "cannot be split evenly across 3 GPUs" in reasons[(3, "bf16")]
     assert all(c["replicas"] is None and c["status"] == "infeasible" for c in infeasible)
-    tight = post_plan(client, slo={"ttft_p99_ms": 50, "tpot_p99_ms": 50})
+    tight = post_plan(client, slo={"ttft_p99_ms": 50, "tpot_p99_ms": 50}, full=True)
     (candidate,) = tight["plans"]
     assert candidate["feasible"] is False
     assert "unreachable even at low load" in candidate["reasons"][0]
@@ -224,6 +228,17 @@ def test_a_disaggregated_deployment_is_sized_beside(client: TestClient) -> None:
         )
     assert split["verdict"].startswith(cheaper)
     assert "not modelled" in split["method"]
+
+
+def test_a_disaggregated_plan_moves_kv_over_the_link_it_is_given(client: TestClient) -> None:
+    # 2,048 prompt tokens x 131,072 B (Llama-3-8B bf16) = 268 MB: at 1 GB/s the transfer alone
+    # takes 0.27 s, spread over 255 token gaps 1.05 ms of TPOT; at 10 MB/s 26.8 s, 105 ms of
+    # TPOT, over the 50 ms objective whatever the decode pool's size.
+    fast = post_plan(client, disaggregated=True, disaggregated_link={"bandwidth_bytes_per_s": 1e9})
+    assert fast["disaggregated"]["decode_replicas"] is not None
+    slow = post_plan(client, disaggregated=True, disaggregated_link={"bandwidth_bytes_per_s": 1e7})
+    assert slow["disaggregated"]["decode_replicas"] is None
+    assert slow["disaggregated"]["prefill_replicas"] == fast["disaggregated"]["prefill_replicas"]
 
 
 def test_per_bucket_slos_are_reported(client: TestClient) -> None:
@@ -324,13 +339,13 @@ def test_plans_serve_the_checkpoint_format_unless_asked_and_flag_quantisation(
     """Without weight_dtypes a plan considers the model's own format only (bf16 for
     Llama-3-8B, fp16 for Llama-2-7B); asked for fp8 too, the fp8 candidates say they quantise
     the checkpoint, and the plan's notes say what that means."""
-    default = post_plan(client, weight_dtypes=None)
+    default = post_plan(client, weight_dtypes=None, full=True)
     formats = {c["weight_dtype"] for c in default["plans"] + default["pruned"]}
     assert formats == {"bf16"}
     assert all(c["quantized_from"] is None for c in default["plans"])
-    llama2 = post_plan(client, model="llama-2-7b", weight_dtypes=None)
+    llama2 = post_plan(client, model="llama-2-7b", weight_dtypes=None, full=True)
     assert {c["weight_dtype"] for c in llama2["plans"] + llama2["pruned"]} == {"fp16"}
-    both = post_plan(client, weight_dtypes=["bf16", "fp8"])
+    both = post_plan(client, weight_dtypes=["bf16", "fp8"], full=True)
     by_format = {c["weight_dtype"]: c for c in both["plans"] + both["pruned"]}
     assert by_format["fp8"]["quantized_from"] == "bf16"
     assert by_format["bf16"]["quantized_from"] is None
