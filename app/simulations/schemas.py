@@ -7,32 +7,48 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.engine.simulation import PrefixCache
+from app.engine.datasets import Dataset
+from app.engine.simulation import KvLink, PrefixCache
+from app.engine.simulation.defaults import MULTI_STEP_VLLM_VERSIONS
+from app.engine.simulation.disaggregated import NDR_PORT_BYTES_PER_S, NIXL_TRANSFER_LATENCY_S
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding
 from app.errors import spec_errors
 from app.simulations.service import (
     MAX_ARRIVAL_S,
     MAX_SIMULATED_STEPS,
     MIN_REQUESTS_PER_S,
+    DatasetQuery,
+    DisaggregatedQuery,
     HistogramQuery,
     LengthsQuery,
     PercentilesQuery,
     PoissonQuery,
+    PoolQuery,
     SchedulerChoice,
     SimulationQuery,
 )
+from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
 from app.web.schemas import Input, Lax
 
 __all__ = [
     "MAX_REQUESTS",
+    "DisaggregatedSettings",
+    "DisaggregatedUsed",
+    "KvLinkSettings",
     "LatencyPercentiles",
     "LengthDistribution",
+    "PoolSettings",
+    "PoolUsed",
     "QueuePoint",
     "SchedulerSettings",
     "SimulationRequest",
     "SimulationResponse",
     "SimulationSlo",
+    "SweepPoint",
+    "SweepRequest",
+    "SweepResponse",
+    "SweepWorkload",
     "TraceRow",
     "Workload",
 ]
@@ -60,8 +76,11 @@ TraceRow = Annotated[
 
 class LengthDistribution(Input):
     """Token lengths: three percentiles (`p50`, `p90`, `p99`; a log-normal through p50 and p90,
-    another through p90 and p99 above), or a histogram (`edges_tokens`, `weights`; uniform within
-    each bin). Give one shape, not both."""
+    another through p90 and p99 above), a histogram (`edges_tokens`, `weights`; uniform within
+    each bin), or a named `dataset` as `vllm bench serve --dataset-name` draws it (`sharegpt`,
+    `sonnet`, `random`; `mean_tokens` and `range_ratio` for the synthetic ones). Give one shape.
+    Output lengths are the tokens generated: a request that stops early (at its end-of-sequence
+    token, before `max_tokens`) is a shorter output, as ShareGPT's published outputs are."""
 
     p50: float | None = Field(
         default=None, ge=1, le=_MAX_TOKENS, description="Median length, tokens.", examples=[2048]
@@ -90,6 +109,29 @@ class LengthDistribution(Input):
         description="Relative weight of each bin (one fewer than the edges).",
     )
 
+    dataset: Annotated[Dataset, Lax] | None = Field(
+        default=None,
+        description="A named shape with published lengths: `sharegpt` (vLLM's filtered "
+        "ShareGPT: prompts 4-1,024 tokens, mean 215; outputs as generated, mean 197), `sonnet` "
+        "(prompts 550, outputs 150 tokens) or `random` (uniform around `mean_tokens`). The "
+        "field says which side: prompt_tokens draws prompts, output_tokens outputs.",
+    )
+    mean_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=_MAX_TOKENS,
+        description="`sonnet` and `random`: vLLM's --{dataset}-input-len (for prompt_tokens) or "
+        "--{dataset}-output-len (for output_tokens); default vLLM's (sonnet 550/150, random "
+        "1024/128).",
+    )
+    range_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="`random`: vLLM's --random-range-ratio r; lengths uniform over the whole "
+        "numbers floor(n(1-r)) to ceil(n(1+r)). Default 0: every length n.",
+    )
+
     @field_validator("p90")
     @classmethod
     def _p90_not_below_p50(cls, value: float | None, info: ValidationInfo) -> float | None:
@@ -112,16 +154,33 @@ class LengthDistribution(Input):
         histogram = (self.edges_tokens, self.weights)
         has_percentiles = any(v is not None for v in percentiles)
         has_histogram = any(v is not None for v in histogram)
-        if has_percentiles and has_histogram:
-            raise ValueError("give percentiles (p50, p90, p99) or a histogram, not both")
+        has_dataset = self.dataset is not None
+        if has_percentiles + has_histogram + has_dataset > 1:
+            raise ValueError(
+                "give percentiles (p50, p90, p99), a histogram or a dataset, one of them"
+            )
+        if not has_dataset and (self.mean_tokens is not None or self.range_ratio is not None):
+            raise ValueError("mean_tokens and range_ratio go with a dataset")
+        if has_dataset:
+            if self.dataset is Dataset.SHAREGPT and (
+                self.mean_tokens is not None or self.range_ratio is not None
+            ):
+                raise ValueError("sharegpt's lengths are the data's: no mean_tokens or range_ratio")
+            if self.dataset is Dataset.SONNET and self.range_ratio is not None:
+                raise ValueError("range_ratio goes with the random dataset only")
+            return self
         if has_histogram and None in histogram:
             raise ValueError("a histogram needs edges_tokens and weights")
         if not has_histogram and None in percentiles:
-            raise ValueError("give all of p50, p90 and p99 (or edges_tokens and weights)")
+            raise ValueError(
+                "give all of p50, p90 and p99 (or edges_tokens and weights, or a dataset)"
+            )
         return self
 
     def query(self) -> LengthsQuery:
         """The shape, typed: what `app.simulations.service.length_distribution` reads."""
+        if self.dataset is not None:
+            return DatasetQuery(self.dataset, self.mean_tokens, self.range_ratio or 0.0)
         if self.edges_tokens is not None and self.weights is not None:
             return HistogramQuery(tuple(self.edges_tokens), tuple(self.weights))
         if self.p50 is None or self.p90 is None or self.p99 is None:  # refused in validation
@@ -129,7 +188,51 @@ class LengthDistribution(Input):
         return PercentilesQuery(self.p50, self.p90, self.p99)
 
 
-class Workload(Input):
+class RequestLengths(Input):
+    """How many requests, and their lengths: two distributions or a named dataset."""
+
+    num_requests: int = Field(
+        default=3000,
+        ge=1,
+        le=MAX_REQUESTS,
+        description=f"How many requests to simulate. {_WORK_LIMIT}",
+    )
+    dataset: Annotated[Dataset, Lax] | None = Field(
+        default=None,
+        description="Both lengths from a named dataset as `vllm bench serve --dataset-name` "
+        "draws it, at vLLM's default lengths: `sharegpt`, `sonnet` or `random` (a "
+        "prompt_tokens or output_tokens given beside it replaces that side).",
+        examples=["sharegpt"],
+    )
+    prompt_tokens: LengthDistribution | None = Field(
+        default=None, description="Prompt lengths (required without a dataset)."
+    )
+    output_tokens: LengthDistribution | None = Field(
+        default=None,
+        description="Output lengths as generated, the first token included; early stops "
+        "(end-of-sequence before max_tokens) are shorter outputs (required without a dataset).",
+    )
+
+    @model_validator(mode="after")
+    def _lengths(self) -> RequestLengths:
+        if self.dataset is not None:
+            self.prompt_tokens = self.prompt_tokens or LengthDistribution(dataset=self.dataset)
+            self.output_tokens = self.output_tokens or LengthDistribution(dataset=self.dataset)
+        if self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError("give prompt_tokens and output_tokens, or a dataset")
+        return self
+
+    def lengths_query(self) -> tuple[LengthsQuery, LengthsQuery]:
+        """(prompt, output) lengths, typed."""
+        if self.prompt_tokens is None or self.output_tokens is None:  # refused in validation
+            raise ValueError("give prompt_tokens and output_tokens, or a dataset")
+        return self.prompt_tokens.query(), self.output_tokens.query()
+
+
+_THINK_TIME = "Closed loop: each user's pause between a finish and its next request."
+
+
+class Workload(RequestLengths):
     """Requests with lengths drawn from the two distributions, arriving as a Poisson process at
     `requests_per_s` (open loop) or sent by `concurrency` users, each sending its next request
     `think_time_s` after its last finished (closed loop, as genai-perf, AIPerf, GuideLLM and
@@ -152,22 +255,7 @@ class Workload(Input):
             "answer's `requests_per_s` is the throughput the loop reaches."
         ),
     )
-    think_time_s: float = Field(
-        default=0.0,
-        ge=0,
-        le=3600,
-        description="Closed loop: each user's pause between a finish and its next request.",
-    )
-    num_requests: int = Field(
-        default=3000,
-        ge=1,
-        le=MAX_REQUESTS,
-        description=f"How many requests to simulate. {_WORK_LIMIT}",
-    )
-    prompt_tokens: LengthDistribution = Field(description="Prompt lengths.")
-    output_tokens: LengthDistribution = Field(
-        description="Output lengths, the first token included."
-    )
+    think_time_s: float = Field(default=0.0, ge=0, le=3600, description=_THINK_TIME)
 
     @model_validator(mode="after")
     def _one_load(self) -> Workload:
@@ -180,16 +268,18 @@ class Workload(Input):
         return self
 
     def query(self) -> PoissonQuery:
+        prompts, outputs = self.lengths_query()
         return PoissonQuery(
             requests_per_s=self.requests_per_s,
             concurrency=self.concurrency,
             think_time_s=self.think_time_s,
             num_requests=self.num_requests,
-            prompt_tokens=self.prompt_tokens.query(),
-            output_tokens=self.output_tokens.query(),
+            prompt_tokens=prompts,
+            output_tokens=outputs,
         )
 
 
+_VLLM_MULTI_STEP = " to ".join(".".join(map(str, v)) for v in MULTI_STEP_VLLM_VERSIONS)
 _ENGINE_DEFAULT = (
     "Default: the engine's own for this GPU (vLLM V1, SGLang, TensorRT-LLM; see "
     "docs/model.md), or Ridgeline's ({}) with the roofline."
@@ -228,6 +318,19 @@ class SchedulerSettings(Input):
         le=_MAX_TOKENS,
         description="Cap on one request's chunk per step (0: none), leaving budget for others.",
     )
+    num_scheduler_steps: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description=(
+            "Multi-step scheduling, vLLM V0's --num-scheduler-steps (vLLM "
+            f"{_VLLM_MULTI_STEP}; vllm-project/vllm#7000 added it, #22138 removed it): the "
+            "scheduler decides once every n decode steps, so a request arriving within a "
+            "group waits for its end before its prefill starts. More than 1 is a 422 when the "
+            "steps are timed by an engine version without it (vLLM V1, so every vLLM from "
+            "0.10.1 and the bundled profiles; SGLang; TensorRT-LLM); the roofline takes any."
+        ),
+    )
 
     def config(self) -> SchedulerChoice:
         """The settings given, the rest left to the engine's defaults."""
@@ -236,6 +339,7 @@ class SchedulerSettings(Input):
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_chunked_prefill=self.enable_chunked_prefill,
             long_prefill_token_threshold=self.long_prefill_token_threshold,
+            num_scheduler_steps=self.num_scheduler_steps,
         )
 
 
@@ -246,6 +350,7 @@ class SchedulerUsed(BaseModel):
     max_num_batched_tokens: int = Field(description="Token budget of one step.")
     enable_chunked_prefill: bool = Field(description="Chunked prefill on.")
     long_prefill_token_threshold: int = Field(description="Cap on one request's chunk.")
+    num_scheduler_steps: int = Field(description="Decode steps per scheduler decision.")
 
 
 class SimulationSlo(Input):
@@ -312,6 +417,81 @@ class SpeculativeSettings(Input):
             )
 
 
+class PoolSettings(Input):
+    """One pool of a disaggregated deployment: its replicas, each as the request's replica
+    (GPU, formats, pp, dp, ep, scheduler), at its own tp if given."""
+
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="Replicas behind the pool's balancer: each serves a k-th of the traffic.",
+    )
+    tp: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="The pool's tensor-parallel degree; default the request's `tp`.",
+    )
+
+    def query(self) -> PoolQuery:
+        return PoolQuery(self.replicas, self.tp)
+
+
+class KvLinkSettings(Input):
+    """The link each request's KV crosses from its prefill replica to its decode replica: one
+    transfer per request of `latency_s + bytes / bandwidth_bytes_per_s`, transfers not
+    contending (each GPU sends its share of the KV over its own NIC)."""
+
+    bandwidth_bytes_per_s: float = Field(
+        default=NDR_PORT_BYTES_PER_S,
+        gt=0,
+        le=1e13,
+        allow_inf_nan=False,
+        description=(
+            "Bytes per second one GPU of a prefill replica sends. Default "
+            f"{NDR_PORT_BYTES_PER_S / 1e9:g} GB/s: one 400 Gb/s NDR InfiniBand port (NVIDIA "
+            "ConnectX-7 datasheet), the NIC per GPU of an HGX H100/H200/B200 node, over which "
+            "NIXL writes the KV with GPUDirect RDMA."
+        ),
+    )
+    latency_s: float = Field(
+        default=NIXL_TRANSFER_LATENCY_S,
+        ge=0,
+        le=60,
+        allow_inf_nan=False,
+        description=(
+            f"Seconds each transfer takes beside its bytes. Default {NIXL_TRANSFER_LATENCY_S:g} "
+            "s, an assumption, not a published figure: the RDMA write starts in microseconds, "
+            "but a NIXL transfer also waits for the decode side's block allocation and a "
+            "completion notice (vLLM's NixlConnector); set it from a measurement."
+        ),
+    )
+
+    def link(self) -> KvLink:
+        with spec_errors("disaggregated.link"):
+            return KvLink(self.bandwidth_bytes_per_s, self.latency_s)
+
+
+class DisaggregatedSettings(Input):
+    """Separate prefill and decode pools (vLLM's --kv-transfer-config with NIXL, SGLang's and
+    Dynamo's PD mode): the prefill pool computes each prompt and its first token, the prompt's
+    KV crosses the link, the decode pool generates the rest."""
+
+    prefill: PoolSettings = Field(
+        default_factory=PoolSettings, description="The pool that computes prompts."
+    )
+    decode: PoolSettings = Field(
+        default_factory=PoolSettings, description="The pool that generates the outputs."
+    )
+    link: KvLinkSettings = Field(
+        default_factory=KvLinkSettings, description="The KV transfer between the pools."
+    )
+
+    def query(self) -> DisaggregatedQuery:
+        return DisaggregatedQuery(self.prefill.query(), self.decode.query(), self.link.link())
+
+
 class SimulationRequest(TargetRequest):
     """A model on a GPU, its scheduler, and what it serves: a `workload` or a `trace`."""
 
@@ -371,7 +551,17 @@ class SimulationRequest(TargetRequest):
         default=None,
         ge=1,
         le=2**40,
-        description="KV cache of the replica in tokens, instead of the memory plan's.",
+        description="KV cache of the replica in tokens, instead of the memory plan's (with "
+        "`disaggregated`: of each replica of both pools).",
+    )
+    disaggregated: DisaggregatedSettings | None = Field(
+        default=None,
+        description=(
+            "Serve with separate prefill and decode pools instead of one replica: TTFT from "
+            "the prefill pool, TPOT and ITL from the decode pool with the KV transfer in the "
+            "gap before each request's second token. Open-loop traffic only; not with "
+            "`prefix_cache` or `speculative`. null: one aggregated replica."
+        ),
     )
 
     @model_validator(mode="after")
@@ -397,6 +587,7 @@ class SimulationRequest(TargetRequest):
             gpu_memory_utilization=self.gpu_memory_utilization,
             block_tokens=self.block_tokens,
             kv_capacity_override_tokens=self.kv_capacity_tokens,
+            disaggregated=self.disaggregated.query() if self.disaggregated else None,
         )
 
 
@@ -416,6 +607,67 @@ class QueuePoint(BaseModel):
     time_s: float = Field(description="Seconds since the first arrival.")
     waiting_requests: int = Field(description="Arrived, not yet admitted.")
     running_requests: int = Field(description="Admitted, not finished.")
+
+
+class BytePercentiles(BaseModel):
+    """A size over the requests, bytes."""
+
+    p50: float = Field(description="Median.")
+    p90: float = Field(description="90th percentile.")
+    p99: float = Field(description="99th percentile.")
+    mean: float = Field(description="Mean.")
+    max: float = Field(description="Largest.")
+
+
+class PoolUsed(BaseModel):
+    """One pool of a disaggregated run: how it was built, and what one of its replicas did at
+    its share of the traffic (a k-th of the rate)."""
+
+    replicas: int = Field(description="Replicas in the pool.")
+    tp: int = Field(description="Tensor-parallel degree of each replica.")
+    gpus_per_replica: int = Field(description="tp x dp x pp.")
+    kv_capacity_tokens: int = Field(description="KV cache of each replica, tokens.")
+    requests_per_s: float = Field(description="Requests one replica completed per second.")
+    saturated: bool = Field(description="One replica's backlog grows without bound.")
+    backlog_growth_requests_per_s: float = Field(
+        description="Arrivals minus completions per second at one replica, over the second "
+        "half of its arrivals."
+    )
+    steps: int = Field(description="Forward steps one replica ran.")
+    preemptions: int = Field(description="Times a running request was evicted for KV blocks.")
+    makespan_s: float = Field(description="One replica's first arrival to its last token.")
+    mean_requests_in_system: float = Field(description="Time average of waiting + running.")
+    mean_waiting_requests: float = Field(description="Time average of waiting requests.")
+    max_waiting_requests: int = Field(description="Longest queue.")
+    max_running_requests: int = Field(description="Largest running batch.")
+
+
+class KvLinkUsed(BaseModel):
+    """The link the KV crossed."""
+
+    bandwidth_bytes_per_s: float = Field(description="Bytes per second one GPU sends.")
+    latency_s: float = Field(description="Seconds each transfer takes beside its bytes.")
+
+
+class DisaggregatedUsed(BaseModel):
+    """A disaggregated run's pools and KV transfers."""
+
+    prefill: PoolUsed = Field(description="The prefill pool: its requests end at the first token.")
+    decode: PoolUsed = Field(
+        description="The decode pool: the same figures as the answer's own (one decode replica)."
+    )
+    gpus_total: int = Field(description="GPUs of both pools.")
+    link: KvLinkUsed = Field(description="The link used.")
+    kv_bytes_per_token: float = Field(
+        description="KV bytes one prompt token takes on one GPU of a prefill replica, from the "
+        "model's KV format (2 x layers x KV heads per GPU x head dim x bytes; MLA: its latent)."
+    )
+    transfer_bytes: BytePercentiles = Field(
+        description="Bytes each request's KV takes on one GPU: prompt tokens x kv_bytes_per_token."
+    )
+    transfer_ms: LatencyPercentiles = Field(
+        description="Each request's transfer: latency_s + transfer bytes / bandwidth."
+    )
 
 
 class SimulationResponse(BaseModel):
@@ -445,7 +697,10 @@ class SimulationResponse(BaseModel):
     )
     completed_requests: int = Field(description="Requests served.")
     rejected_requests: int = Field(description="Requests the KV cache could never hold.")
-    preemptions: int = Field(description="Requests evicted for KV space and recomputed.")
+    preemptions: int = Field(
+        description="Times a running request was evicted for KV blocks (the newest first, as "
+        "vLLM V1 does) and later recomputed: its prompt plus the tokens it had generated."
+    )
     steps: int = Field(description="Forward steps run.")
     makespan_s: float = Field(description="First arrival to last token.")
     mean_requests_in_system: float = Field(description="Time average of waiting + running.")
@@ -453,3 +708,230 @@ class SimulationResponse(BaseModel):
     max_waiting_requests: int = Field(description="Longest queue.")
     max_running_requests: int = Field(description="Largest running batch.")
     queue: list[QueuePoint] = Field(description="The queue over the run, at most 200 samples.")
+    disaggregated: DisaggregatedUsed | None = Field(
+        default=None,
+        description=(
+            "A disaggregated run's pools and transfers; null for one aggregated replica. With "
+            "it, the latencies above are the requests' end to end (TTFT from the prefill pool, "
+            "TPOT, ITL and E2E through the decode pool); `target`, `kv_capacity_tokens`, the "
+            "rates, counts and queue are one decode replica's."
+        ),
+    )
+
+
+class SweepWorkload(RequestLengths):
+    """The requests every point of a sweep serves; the sweep gives the load."""
+
+    num_requests: int = Field(
+        default=3000,
+        ge=1,
+        le=MAX_REQUESTS,
+        description="Requests per point (the same ones at every load; a few thousand show the "
+        "knee, a few hundred mostly the warm-up). The steps of all points together are bounded "
+        "as one simulation's are.",
+    )
+    think_time_s: float = Field(default=0.0, ge=0, le=3600, description=_THINK_TIME)
+
+
+class SweepRequest(TargetRequest):
+    """A replica simulated at several loads: the rates (open loop) or users (closed loop)
+    given, or `points` of them chosen up to saturation."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "workload": {"dataset": "sharegpt", "num_requests": 3000},
+                    "slo": {"ttft_ms": 500, "tpot_ms": 50},
+                    "points": 8,
+                }
+            ]
+        }
+    )
+
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="Same seed, same requests, same result."
+    )
+    scheduler: SchedulerSettings = Field(
+        default_factory=SchedulerSettings, description="Scheduler settings."
+    )
+    workload: SweepWorkload = Field(description="The requests each point serves.")
+    requests_per_s: (
+        list[Annotated[float, Field(ge=MIN_REQUESTS_PER_S, le=1e6, allow_inf_nan=False)]] | None
+    ) = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SWEEP_POINTS,
+        description="Open loop: the arrival rates to simulate.",
+        examples=[[2.0, 4.0, 8.0, 16.0]],
+    )
+    concurrency: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SWEEP_POINTS,
+        description="Closed loop: the numbers of users to simulate.",
+    )
+    axis: Annotated[SweepAxis, Lax] = Field(
+        default=SweepAxis.REQUESTS_PER_S,
+        description="What to vary when neither list is given: `requests_per_s` (rates from "
+        f"{CHOSEN_SPAN[0]:g} to {CHOSEN_SPAN[1]:g} times the lowest rate that saturates, "
+        "found by simulation) or `concurrency` (users from 1 to twice max_num_seqs, at most "
+        "num_requests, evenly on a log scale).",
+    )
+    points: int = Field(
+        default=8, ge=2, le=MAX_SWEEP_POINTS, description="How many loads to choose."
+    )
+    slo: SimulationSlo | None = Field(
+        default=None, description="Objectives: drawn on the chart, and each point's goodput."
+    )
+    prefix_cache: PrefixCacheSettings | None = Field(
+        default=None, description="Automatic prefix caching; null: off."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
+    )
+    block_tokens: int = Field(default=16, ge=1, le=1024, description="KV-cache block size.")
+    kv_capacity_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**40,
+        description="KV cache of the replica in tokens, instead of the memory plan's.",
+    )
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> SweepRequest:
+        if self.requests_per_s is not None and self.concurrency is not None:
+            raise ValueError("give requests_per_s or concurrency, not both")
+        if (
+            self.workload.think_time_s
+            and self.concurrency is None
+            and (self.requests_per_s is not None or self.axis is SweepAxis.REQUESTS_PER_S)
+        ):
+            raise ValueError("think_time_s applies to a closed loop (concurrency) only")
+        return self
+
+    def query(self) -> SweepQuery:
+        """The sweep as `app.simulations.sweeps.prepare_sweep` takes it."""
+        slo = self.slo or SimulationSlo()
+        prompts, outputs = self.workload.lengths_query()
+        workload = PoissonQuery(
+            requests_per_s=1.0,
+            num_requests=self.workload.num_requests,
+            prompt_tokens=prompts,
+            output_tokens=outputs,
+            think_time_s=self.workload.think_time_s,
+        )
+        base = SimulationQuery(
+            target=self.target_query(),
+            scheduler=self.scheduler.config(),
+            workload=workload,
+            trace_rows=None,
+            seed=self.seed,
+            prefix_cache=self.prefix_cache.cache() if self.prefix_cache else None,
+            ttft_slo_ms=slo.ttft_ms,
+            tpot_slo_ms=slo.tpot_ms,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            block_tokens=self.block_tokens,
+            kv_capacity_override_tokens=self.kv_capacity_tokens,
+        )
+        if self.requests_per_s is not None:
+            return SweepQuery(base, SweepAxis.REQUESTS_PER_S, tuple(self.requests_per_s), 0)
+        if self.concurrency is not None:
+            values = tuple(float(users) for users in self.concurrency)
+            return SweepQuery(base, SweepAxis.CONCURRENCY, values, 0)
+        return SweepQuery(base, self.axis, None, self.points)
+
+
+class SweepPoint(BaseModel):
+    """One load of a sweep and what the replica did under it."""
+
+    requests_per_s_offered: float | None = Field(
+        description="Open loop: the arrival rate simulated; null in a closed loop."
+    )
+    concurrency: int | None = Field(
+        description="Closed loop: the users simulated; null in an open loop."
+    )
+    requests_per_s: float = Field(description="Completed requests per second.")
+    ttft_ms: LatencyPercentiles = Field(description="Time to first token.")
+    tpot_ms: LatencyPercentiles = Field(description="Time per output token.")
+    e2e_ms: LatencyPercentiles = Field(description="Arrival to last token.")
+    throughput_tokens_per_s: float = Field(description="Output tokens per second.")
+    goodput_requests_per_s: float = Field(
+        description="Completed requests meeting both SLOs (all completed when none is given)."
+    )
+    saturated: bool = Field(description="The backlog grows without bound at this load.")
+    preemptions: int = Field(
+        description="Times a running request was evicted for KV blocks (the newest first, as "
+        "vLLM V1 does) and later recomputed: its prompt plus the tokens it had generated."
+    )
+    within_slo: bool | None = Field(
+        description="p99 TTFT and p99 TPOT within the SLOs given, and not saturated; null "
+        "without SLOs."
+    )
+
+
+class SweepResponse(BaseModel):
+    """Latency against load, one point per load, in the order given (chosen: increasing)."""
+
+    target: TargetEcho = Field(description="What was simulated, resolved.")
+    scheduler: SchedulerUsed = Field(description="The scheduler settings used.")
+    kv_capacity_tokens: int = Field(description="The replica's KV cache, tokens.")
+    num_requests: int = Field(description="Requests served at each point.")
+    axis: SweepAxis = Field(description="What the sweep varied.")
+    saturation_requests_per_s: float | None = Field(
+        description="The lowest arrival rate at which a search by simulation found the "
+        "backlog growing: the chosen rates run up to it. Null when the loads were given or "
+        "are users."
+    )
+    max_load_within_slo: float | None = Field(
+        description="The largest load (rate or users) whose point is within the SLOs; null "
+        "when none is, or no SLO was given."
+    )
+    points: list[SweepPoint] = Field(description="One per load.")
+
+    @classmethod
+    def of(cls, run: SweepRun, slo: SimulationSlo | None) -> SweepResponse:
+        """The answer for `run`, judged against `slo`."""
+        points = []
+        for load, simulated in run.runs:
+            result = simulated.result
+            within = None
+            if slo is not None and (slo.ttft_ms is not None or slo.tpot_ms is not None):
+                within = not result.saturated and all(
+                    objective is None or value <= objective
+                    for value, objective in (
+                        (result.ttft_ms.p99, slo.ttft_ms),
+                        (result.tpot_ms.p99, slo.tpot_ms),
+                    )
+                )
+            open_loop = run.axis is SweepAxis.REQUESTS_PER_S
+            points.append(
+                SweepPoint(
+                    requests_per_s_offered=load if open_loop else None,
+                    concurrency=None if open_loop else int(load),
+                    requests_per_s=result.requests_per_s,
+                    ttft_ms=LatencyPercentiles.model_validate(result.ttft_ms, from_attributes=True),
+                    tpot_ms=LatencyPercentiles.model_validate(result.tpot_ms, from_attributes=True),
+                    e2e_ms=LatencyPercentiles.model_validate(result.e2e_ms, from_attributes=True),
+                    throughput_tokens_per_s=result.throughput_tokens_per_s,
+                    goodput_requests_per_s=result.goodput_requests_per_s,
+                    saturated=result.saturated,
+                    preemptions=result.preemptions,
+                    within_slo=within,
+                )
+            )
+        passing = [
+            load for (load, _), point in zip(run.runs, points, strict=True) if point.within_slo
+        ]
+        return cls(
+            target=TargetEcho.model_validate(run.resolved.echo(), from_attributes=True),
+            scheduler=SchedulerUsed.model_validate(run.scheduler, from_attributes=True),
+            kv_capacity_tokens=run.kv_capacity_tokens,
+            num_requests=run.num_requests,
+            axis=run.axis,
+            saturation_requests_per_s=run.saturation_requests_per_s,
+            max_load_within_slo=max(passing) if passing else None,
+            points=points,
+        )

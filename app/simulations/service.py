@@ -4,6 +4,12 @@ Resolves the target (catalog ids or inline specs), sizes the KV cache from the m
 scheduler's settings, builds the trace and runs `app.engine.simulation.simulate`. Stores nothing.
 Also home of the request-to-engine mappings the planner shares: length distributions and traces.
 
+A disaggregated request (`DisaggregatedQuery`) runs `simulate_disaggregated` instead: a prefill
+pool and a decode pool, each of its replicas sized and timed as an aggregated replica of its tp
+would be, the KV of each prompt crossing the link between them (`prompt_tokens` times the KV one
+token takes on one GPU of the prefill replica). Open-loop traffic only; no prefix caching or
+speculative decoding with it (the engine's pools take neither).
+
 The work one simulation may demand is bounded: at most `MAX_SIMULATED_STEPS` forward steps
 (refused up front when the workload provably needs more, stopped when a run reaches it), arrival
 rates of at least `MIN_REQUESTS_PER_S` and arrival times below `MAX_ARRIVAL_S` (so that step
@@ -12,17 +18,25 @@ times are not lost in rounding), and lengths within the model's context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import Any
 
+import numpy as np
+
 from app.catalog.spec_cache import SpecCache
+from app.engine.counting import kv_bytes_per_token as model_kv_bytes_per_token
+from app.engine.datasets import Dataset, Side, dataset_lengths
 from app.engine.dtypes import BYTES_PER_ELEMENT
 from app.engine.memory import memory_plan, weight_bytes_per_gpu
 from app.engine.params import count_params
 from app.engine.simulation import (
     ClosedLoop,
+    KvLink,
+    Percentiles,
+    Pool,
     PrefixCache,
     SchedulerConfig,
     SimulationResult,
@@ -31,11 +45,12 @@ from app.engine.simulation import (
     closed_loop_steps,
     expected_steps,
     simulate,
+    simulate_disaggregated,
 )
 from app.engine.simulation import (
     kv_capacity_tokens as pool_tokens,
 )
-from app.engine.simulation.defaults import engine_scheduler
+from app.engine.simulation.defaults import engine_scheduler, multi_step_refusal
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding, SpeculativeTimer
 from app.engine.specs import SpecError
 from app.engine.workload import (
@@ -54,10 +69,15 @@ __all__ = [
     "MAX_ARRIVAL_S",
     "MAX_SIMULATED_STEPS",
     "MIN_REQUESTS_PER_S",
+    "DatasetQuery",
+    "DisaggregatedQuery",
+    "DisaggregatedRun",
     "HistogramQuery",
     "LengthsQuery",
     "PercentilesQuery",
     "PoissonQuery",
+    "PoolQuery",
+    "PoolRun",
     "SimulationJob",
     "SimulationQuery",
     "SimulationRun",
@@ -90,6 +110,9 @@ class SimulationRun:
     kv_capacity_tokens: int
     num_requests: int
     result: SimulationResult
+    disaggregated: DisaggregatedRun | None = None
+    """A disaggregated run's pools and transfers; `result` is then its requests end to end
+    (`DisaggregatedResult.served`) and `resolved` and `kv_capacity_tokens` the decode pool's."""
 
     @property
     def target(self) -> TargetEcho:
@@ -97,6 +120,42 @@ class SimulationRun:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.result, name)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRun:
+    """One pool of a disaggregated run: how it was built, and one of its replicas' run (read by
+    attribute as the answer's pool)."""
+
+    replicas: int
+    tp: int
+    gpus_per_replica: int
+    kv_capacity_tokens: int
+    result: SimulationResult
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregatedRun:
+    """What a disaggregated run adds to the answer: its pools, its link, its transfers."""
+
+    prefill: PoolRun
+    decode: PoolRun
+    link: KvLink
+    kv_bytes_per_token: float
+    """The KV one token takes on one GPU of the prefill replica: what each GPU sends."""
+    transfer_bytes: Percentiles
+    """Bytes each served request's KV takes on one GPU of the prefill replica."""
+    transfer_ms: Percentiles
+
+    @property
+    def gpus_total(self) -> int:
+        return (
+            self.prefill.replicas * self.prefill.gpus_per_replica
+            + self.decode.replicas * self.decode.gpus_per_replica
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +175,17 @@ class HistogramQuery:
     weights: tuple[float, ...]
 
 
-LengthsQuery = PercentilesQuery | HistogramQuery
+@dataclass(frozen=True, slots=True)
+class DatasetQuery:
+    """Token lengths as `vllm bench serve --dataset-name` draws them
+    (`app.engine.datasets.dataset_lengths`): the side (prompt or output) is the field's."""
+
+    dataset: Dataset
+    mean_tokens: int | None = None
+    range_ratio: float = 0.0
+
+
+LengthsQuery = PercentilesQuery | HistogramQuery | DatasetQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +212,20 @@ def length_distribution(
 ) -> LengthDistribution:
     """The engine's distribution of `lengths`; a 422 naming `field` and the offending key.
     `max_tokens` clamps sampled percentile lengths (a model's context); a p99, or a
-    histogram's last bin, above it is refused."""
+    histogram's or a dataset's longest length, above it is refused. A dataset's side is the
+    field's: outputs for a field ending in `output_tokens`, prompts otherwise."""
     try:
+        if isinstance(lengths, DatasetQuery):
+            side = Side.OUTPUT if field.endswith("output_tokens") else Side.PROMPT
+            named = dataset_lengths(lengths.dataset, side, lengths.mean_tokens, lengths.range_ratio)
+            longest = named.edges_tokens[-1] - 1
+            if max_tokens is not None and longest > max_tokens:
+                raise InvalidInput.at(
+                    f"{field}.mean_tokens",
+                    f"{lengths.dataset} lengths reach {longest} tokens, beyond the model's "
+                    f"{max_tokens}-token context",
+                )
+            return named
         if isinstance(lengths, HistogramQuery):
             edges = lengths.edges_tokens
             if max_tokens is not None and edges[-1] - 1 > max_tokens:
@@ -252,11 +333,17 @@ class SchedulerChoice:
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool | None = None
     long_prefill_token_threshold: int = 0
+    num_scheduler_steps: int = 1
 
     def resolve(self, target: Target) -> SchedulerConfig:
         """The scheduler to run: the given settings over the engine's defaults; 422 naming the
-        field when they cannot work together."""
+        field when they cannot work together, or when the timing engine's version has no
+        multi-step scheduling and more than one step is asked for."""
         defaults = engine_scheduler(target.engine, target.gpu)
+        if self.num_scheduler_steps > 1:
+            refusal = multi_step_refusal(target.engine)
+            if refusal is not None:
+                raise InvalidInput.at("scheduler.num_scheduler_steps", refusal)
         with spec_errors():
             return dc_replace(
                 defaults,
@@ -267,7 +354,26 @@ class SchedulerChoice:
                 if self.enable_chunked_prefill is None
                 else self.enable_chunked_prefill,
                 long_prefill_token_threshold=self.long_prefill_token_threshold,
+                num_scheduler_steps=self.num_scheduler_steps,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolQuery:
+    """One pool of a disaggregated deployment, as a request gave it."""
+
+    replicas: int = 1
+    tp: int | None = None
+    """None: the request's tp."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregatedQuery:
+    """Separate prefill and decode pools joined by `link`."""
+
+    prefill: PoolQuery = field(default_factory=PoolQuery)
+    decode: PoolQuery = field(default_factory=PoolQuery)
+    link: KvLink = field(default_factory=KvLink)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +394,25 @@ class SimulationQuery:
     speculative: SpeculativeDecoding | None = None
     draft_model: str | None = None
     """The draft model's catalog id when `speculative.method` is `draft`."""
+    disaggregated: DisaggregatedQuery | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolJob:
+    """One pool of a prepared disaggregated run: its target and the engine's pool."""
+
+    target: Target
+    pool: Pool
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregatedJob:
+    """A disaggregated run, resolved and checked."""
+
+    prefill: PoolJob
+    decode: PoolJob
+    link: KvLink
+    kv_bytes_per_token: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +432,7 @@ class SimulationJob:
     prefix_cache: PrefixCache | None = None
     timer: StepTimer | None = None
     """What times the steps when it is not the target's own cost model (speculation)."""
+    disaggregated: DisaggregatedJob | None = None
 
 
 def _speculation(
@@ -381,10 +507,15 @@ def prepare_simulation(
             closed_loop = workload.closed_loop
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
-    with spec_errors():
-        steps = expected_steps(trace, target.cost, config)
-        if closed_loop is not None:
-            steps = closed_loop_steps(trace, config, closed_loop)
+    disaggregated = None
+    if query.disaggregated is not None:
+        disaggregated = _disaggregated_job(cache, query, query.disaggregated, target, config)
+        steps = _disaggregated_steps(trace, disaggregated)
+    else:
+        with spec_errors():
+            steps = expected_steps(trace, target.cost, config)
+            if closed_loop is not None:
+                steps = closed_loop_steps(trace, config, closed_loop)
     if steps > budget.max_steps:
         raise InvalidInput.at(
             work_field,
@@ -406,7 +537,101 @@ def prepare_simulation(
         closed_loop=closed_loop,
         prefix_cache=query.prefix_cache,
         timer=timer,
+        disaggregated=disaggregated,
     )
+
+
+def _refuse_with_disaggregation(query: SimulationQuery) -> None:
+    """422 naming the setting a disaggregated run cannot take."""
+    why = "a disaggregated simulation's pools take "
+    if query.workload is not None and query.workload.concurrency is not None:
+        raise InvalidInput.at(
+            "workload.concurrency", why + "open-loop traffic only: give requests_per_s or a trace"
+        )
+    if query.prefix_cache is not None:
+        raise InvalidInput.at("prefix_cache", why + "no prefix cache: leave it out")
+    if query.speculative is not None:
+        raise InvalidInput.at("speculative", why + "no speculative decoding: leave it out")
+
+
+@contextmanager
+def _pool_tp_errors(field: str | None) -> Iterator[None]:
+    """Within the block, a 422 about the layout (`tp`) or about the memory it leaves (`gpu`)
+    names the pool's own `tp` field instead, when the pool has one (`field`)."""
+    try:
+        with spec_errors():
+            yield
+    except InvalidInput as error:
+        if field is None or not {problem.field for problem in error.errors} & {"tp", "gpu"}:
+            raise
+        message = "; ".join(problem.message for problem in error.errors)
+        raise InvalidInput.at(field, message) from None
+
+
+def _pool_job(
+    cache: SpecCache,
+    query: SimulationQuery,
+    *,
+    name: str,
+    pool: PoolQuery,
+    target: Target,
+    config: SchedulerConfig,
+) -> PoolJob:
+    """One pool: the request's target at the pool's tp, its KV cache, its replicas."""
+    field = f"disaggregated.{name}.tp" if pool.tp is not None else None
+    with _pool_tp_errors(field):
+        if pool.tp is not None and pool.tp != target.deployment.tp:
+            deployment = dc_replace(query.target.deployment, tp=pool.tp)
+            target = resolve_target(cache, dc_replace(query.target, deployment=deployment))
+        if query.kv_capacity_override_tokens is not None:
+            kv_tokens = query.kv_capacity_override_tokens
+        else:
+            kv_tokens = kv_capacity_tokens(
+                target,
+                config,
+                gpu_memory_utilization=query.gpu_memory_utilization,
+                block_tokens=query.block_tokens,
+            )
+    with spec_errors(f"disaggregated.{name}"):
+        engine_pool = Pool(
+            target.cost, kv_tokens, config.for_ranks(target.deployment.dp), pool.replicas
+        )
+    return PoolJob(target, engine_pool)
+
+
+def _disaggregated_job(
+    cache: SpecCache,
+    query: SimulationQuery,
+    pools: DisaggregatedQuery,
+    target: Target,
+    config: SchedulerConfig,
+) -> DisaggregatedJob:
+    """Both pools of a disaggregated request, checked; the KV bytes each GPU of a prefill
+    replica sends per prompt token."""
+    _refuse_with_disaggregation(query)
+    prefill = _pool_job(
+        cache, query, name="prefill", pool=pools.prefill, target=target, config=config
+    )
+    decode = _pool_job(cache, query, name="decode", pool=pools.decode, target=target, config=config)
+    with spec_errors():
+        kv_bytes = model_kv_bytes_per_token(prefill.target.model, prefill.target.deployment)
+    return DisaggregatedJob(prefill, decode, pools.link, kv_bytes)
+
+
+def _disaggregated_steps(trace: Trace, job: DisaggregatedJob) -> int:
+    """The forward steps of one prefill replica (every request ending at its first token, at
+    its pool's share of the rate) and one decode replica (at its share)."""
+    prefill, decode = job.prefill.pool, job.decode.pool
+    prompts_only = Trace(
+        trace.arrival_s * prefill.replicas,
+        trace.prompt_tokens,
+        np.ones_like(trace.output_tokens),
+    )
+    shared = Trace(trace.arrival_s * decode.replicas, trace.prompt_tokens, trace.output_tokens)
+    with spec_errors():
+        return expected_steps(prompts_only, prefill.timer, prefill.scheduler) + expected_steps(
+            shared, decode.timer, decode.scheduler
+        )
 
 
 _KEY_HINT = " without an API key (an API key allows more)"
@@ -424,6 +649,8 @@ def _within(budget: WorkBudget, requests: int, field: str) -> None:
 
 def run_simulation_job(job: SimulationJob) -> SimulationRun:
     """Run a prepared simulation (in a heavy-work process; pure computation)."""
+    if job.disaggregated is not None:
+        return _run_disaggregated(job, job.disaggregated)
     try:
         result = simulate(
             job.trace,
@@ -438,11 +665,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             prefix_cache=job.prefix_cache,
         )
     except SimulationTooLong as error:
-        raise InvalidInput.at(
-            job.work_field,
-            f"{error.message}: simulate fewer requests, shorter outputs or a larger "
-            "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
-        ) from None
+        raise _too_long(job, error) from None
     except SpecError as error:
         raise invalid_spec(error) from None
     return SimulationRun(
@@ -451,4 +674,72 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
         kv_capacity_tokens=job.kv_capacity_tokens,
         num_requests=len(job.trace),
         result=result,
+    )
+
+
+def _too_long(job: SimulationJob, error: SimulationTooLong) -> InvalidInput:
+    return InvalidInput.at(
+        job.work_field,
+        f"{error.message}: simulate fewer requests, shorter outputs or a larger "
+        "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
+    )
+
+
+def _byte_percentiles(values: np.ndarray[Any, np.dtype[np.float64]]) -> Percentiles:
+    if len(values) == 0:
+        return Percentiles(p50=0.0, p90=0.0, p99=0.0, mean=0.0, max=0.0)
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return Percentiles(
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        mean=float(values.mean()),
+        max=float(values.max()),
+    )
+
+
+def _pool_run(pool: PoolJob, result: SimulationResult) -> PoolRun:
+    deployment = pool.target.deployment
+    return PoolRun(
+        replicas=pool.pool.replicas,
+        tp=deployment.tp,
+        gpus_per_replica=deployment.gpus,
+        kv_capacity_tokens=pool.pool.kv_capacity_tokens,
+        result=result,
+    )
+
+
+def _run_disaggregated(job: SimulationJob, pools: DisaggregatedJob) -> SimulationRun:
+    try:
+        outcome = simulate_disaggregated(
+            job.trace,
+            pools.prefill.pool,
+            pools.decode.pool,
+            kv_bytes_per_token=pools.kv_bytes_per_token,
+            link=pools.link,
+            block_tokens=job.block_tokens,
+            ttft_slo_ms=job.ttft_slo_ms,
+            tpot_slo_ms=job.tpot_slo_ms,
+            max_steps=job.max_steps,
+        )
+    except SimulationTooLong as error:
+        raise _too_long(job, error) from None
+    except SpecError as error:
+        raise invalid_spec(error) from None
+    served = ~np.isnan(outcome.prefill.requests.ttft_s)
+    sent = job.trace.prompt_tokens[served] * pools.kv_bytes_per_token
+    return SimulationRun(
+        resolved=pools.decode.target,
+        scheduler=job.scheduler,
+        kv_capacity_tokens=pools.decode.pool.kv_capacity_tokens,
+        num_requests=len(job.trace),
+        result=outcome.served,
+        disaggregated=DisaggregatedRun(
+            prefill=_pool_run(pools.prefill, outcome.prefill),
+            decode=_pool_run(pools.decode, outcome.served),
+            link=pools.link,
+            kv_bytes_per_token=pools.kv_bytes_per_token,
+            transfer_bytes=_byte_percentiles(sent.astype(np.float64)),
+            transfer_ms=outcome.transfer_ms,
+        ),
     )

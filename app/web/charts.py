@@ -6,10 +6,12 @@ matplotlib is imported on the first chart only: the JSON hot path never pays for
 from __future__ import annotations
 
 import io
+import math
 from typing import TYPE_CHECKING
 
 from app.engine.parallelism import layout_label
 from app.engine.specs import Deployment
+from app.web.negotiation import JSON, SVG, preferred
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 
     from app.estimates.schemas import PrefillCurveResponse, RooflineResponse
     from app.plans.schemas import PlanRead
-    from app.simulations.schemas import SimulationResponse
+    from app.simulations.schemas import SimulationResponse, SweepResponse
 
 __all__ = [
     "SVG_MEDIA_TYPE",
@@ -25,43 +27,23 @@ __all__ = [
     "prefill_curve_svg",
     "roofline_svg",
     "simulation_svg",
+    "sweep_svg",
     "wants_svg",
 ]
 
-SVG_MEDIA_TYPE = "image/svg+xml"
+SVG_MEDIA_TYPE = SVG
 _TERA = 1e12
 
 
 def wants_svg(accept: str | None) -> bool:
     """True when the Accept header prefers SVG to JSON (by q-value, then by order)."""
-    if not accept:
-        return False
-    ranked: list[tuple[float, int, str]] = []
-    for index, part in enumerate(accept.split(",")):
-        media, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        ranked.append((quality, -index, media.lower()))
-    for quality, _, media in sorted(ranked, reverse=True):
-        if quality <= 0:
-            return False
-        if media in {SVG_MEDIA_TYPE, "image/*"}:
-            return True
-        if media in {"application/json", "application/*", "*/*"}:
-            return False
-    return False
+    return preferred(accept, (JSON, SVG_MEDIA_TYPE)) == SVG_MEDIA_TYPE
 
 
-def _figure() -> tuple[Figure, Axes]:
+def _figure(height: float = 5.0) -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure  # noqa: PLC0415
 
-    figure = Figure(figsize=(8, 5), dpi=100, layout="constrained")
+    figure = Figure(figsize=(8, height), dpi=100, layout="constrained")
     axes: Axes = figure.subplots()
     return figure, axes
 
@@ -76,9 +58,17 @@ def _svg(figure: Figure) -> str:
     return buffer.getvalue()
 
 
+_PHASE_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+
+
 def roofline_svg(answer: RooflineResponse) -> str:
-    """Attainable FLOP/s against arithmetic intensity, log-log, with the ridge and each phase."""
-    figure, axes = _figure()
+    """Attainable FLOP/s against arithmetic intensity, log-log, with the ridge and each phase.
+
+    Every label lives in the legend beside the axes (roofs with their ridge, phases with their
+    intensity and bound): phases a few percent apart in intensity would otherwise print their
+    labels over each other. Each phase has its own marker shape; memory-bound ones are red,
+    compute-bound ones green."""
+    figure, axes = _figure(height=6.0)
     bandwidth = answer.memory_bandwidth_bytes_per_s / _TERA
     ridge = answer.ridge_intensity
     intensities = [p.arithmetic_intensity for p in answer.phases] + [ridge]
@@ -91,44 +81,37 @@ def roofline_svg(answer: RooflineResponse) -> str:
     for dtype, ridge_of in sorted(roofs.items(), key=lambda item: item[1]):
         peak_of = ridge_of * bandwidth
         xs = [low, ridge_of, high]
+        main = dtype == answer.compute_dtype
         axes.plot(
             xs,
             [min(peak_of, bandwidth * x) for x in xs],
             color="#1f4e79",
-            linewidth=2 if dtype == answer.compute_dtype else 1.2,
-            linestyle="-" if dtype == answer.compute_dtype else "--",
-            label=f"{dtype} roof ({peak_of:,.0f} TFLOP/s)",
+            linewidth=2 if main else 1.2,
+            linestyle="-" if main else "--",
+            label=f"{dtype} roof {peak_of:,.0f} TFLOP/s, ridge {ridge_of:,.0f} FLOP/B",
         )
         axes.axvline(ridge_of, color="#999999", linestyle=":", linewidth=1)
-        axes.text(
-            ridge_of * 1.08,
-            0.03,
-            f"{dtype} ridge {ridge_of:,.0f} FLOP/B",
-            transform=axes.get_xaxis_transform(),
-            rotation=90,
-            fontsize=8,
-            color="#555555",
-            verticalalignment="bottom",
-        )
-    for phase in answer.phases:
+    for index, phase in enumerate(answer.phases):
         y = phase.attainable_flops_per_s / _TERA
         color = "#c0392b" if phase.bound == "memory" else "#27ae60"
-        axes.scatter([phase.arithmetic_intensity], [y], color=color, zorder=3)
-        axes.annotate(
-            f"{phase.name} ({phase.compute_dtype})\n{phase.arithmetic_intensity:,.4g} FLOP/B",
-            (phase.arithmetic_intensity, y),
-            textcoords="offset points",
-            xytext=(6, 4),
-            fontsize=8,
+        axes.scatter(
+            [phase.arithmetic_intensity],
+            [y],
+            color=color,
+            marker=_PHASE_MARKERS[index % len(_PHASE_MARKERS)],
+            s=42,
+            zorder=3,
+            label=f"{phase.name} ({phase.compute_dtype}): "
+            f"{phase.arithmetic_intensity:,.4g} FLOP/B, {phase.bound}-bound",
         )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP per byte)")
     axes.set_ylabel("attainable TFLOP/s")
-    axes.legend(loc="lower right", fontsize=8)
     title = f"Roofline: {answer.gpu}" + (f", {answer.model}" if answer.model else "")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.25)
+    figure.legend(loc="outside lower center", fontsize=8, ncols=2, frameon=False)
     return _svg(figure)
 
 
@@ -141,11 +124,14 @@ def prefill_curve_svg(answer: PrefillCurveResponse) -> str:
     crossover = answer.crossover_tokens
     if xs[0] <= crossover <= xs[-1]:
         axes.axvline(crossover, color="#c0392b", linestyle="--", linewidth=1)
+        # The label on the side of the line with more room, so it stays inside the axes.
+        right_half = xs[-1] > xs[0] and math.log(crossover / xs[0]) > 0.5 * math.log(xs[-1] / xs[0])
         axes.annotate(
             f"crossover {crossover:,} tokens\n(attention FLOPs = linear FLOPs)",
             (crossover, points[0].ttft_ms),
             textcoords="offset points",
-            xytext=(6, 6),
+            xytext=(-6, 6) if right_half else (6, 6),
+            horizontalalignment="right" if right_half else "left",
             fontsize=8,
             color="#c0392b",
         )
@@ -217,6 +203,82 @@ def simulation_svg(
         axes.set_ylabel(f"{name} (ms)")
         axes.set_title(f"{name} percentiles", fontsize=10)
         axes.grid(True, axis="y", alpha=0.25)
+    return _svg(figure)
+
+
+_PERCENTILE_STYLES = (
+    ("p50", "-", "o", "#1f4e79"),
+    ("p90", "--", "s", "#d68910"),
+    ("p99", ":", "^", "#7d3c98"),
+)
+
+
+def sweep_svg(answer: SweepResponse, ttft_slo_ms: float | None, tpot_slo_ms: float | None) -> str:
+    """TTFT and TPOT percentiles (p50, p90, p99) against the load (offered rate or users), the
+    SLOs drawn, the saturated loads shaded and the rate found to saturate marked. Legends sit beside
+    the axes, so no label covers another."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    figure = Figure(figsize=(9, 7), dpi=100, layout="constrained")
+    ttft_axes, tpot_axes = figure.subplots(2, 1, sharex=True)
+    open_loop = answer.axis == "requests_per_s"
+    points = sorted(
+        answer.points,
+        key=lambda p: (p.requests_per_s_offered if open_loop else p.concurrency) or 0,
+    )
+    loads = [float((p.requests_per_s_offered if open_loop else p.concurrency) or 0) for p in points]
+    # Shade from halfway between the last load that keeps up and the first that saturates.
+    first = next((i for i, p in enumerate(points) if p.saturated), None)
+    shade_from = None
+    if first is not None:
+        shade_from = loads[first] if first == 0 else (loads[first - 1] + loads[first]) / 2
+    for axes, name, field, slo in (
+        (ttft_axes, "TTFT", "ttft_ms", ttft_slo_ms),
+        (tpot_axes, "TPOT", "tpot_ms", tpot_slo_ms),
+    ):
+        for quantile, style, marker, color in _PERCENTILE_STYLES:
+            axes.plot(
+                loads,
+                [getattr(getattr(p, field), quantile) for p in points],
+                linestyle=style,
+                marker=marker,
+                markersize=4,
+                color=color,
+                label=f"{name} {quantile}",
+            )
+        if slo is not None:
+            axes.axhline(slo, color="#c0392b", linestyle="--", linewidth=1, label=f"SLO {slo:g} ms")
+        if shade_from is not None:
+            axes.axvspan(shade_from, max(loads), color="#c0392b", alpha=0.1, label="saturated")
+        if open_loop and answer.saturation_requests_per_s:
+            axes.axvline(
+                answer.saturation_requests_per_s,
+                color="#555555",
+                linestyle="-.",
+                linewidth=1,
+                label=f"saturates at {answer.saturation_requests_per_s:.3g} req/s",
+            )
+        values = [
+            getattr(getattr(p, field), q) for p in points for q, _, _, _ in _PERCENTILE_STYLES
+        ]
+        positive = [v for v in values if v > 0]
+        if positive and max(positive) > 20 * min(positive):
+            axes.set_yscale("log")  # latency explodes past saturation: keep the knee visible
+        axes.set_ylabel(f"{name} (ms)")
+        axes.grid(True, which="both", alpha=0.25)
+        axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    tpot_axes.set_xlabel("offered load (requests/s)" if open_loop else "concurrent users")
+    if not open_loop:
+        from matplotlib.ticker import StrMethodFormatter  # noqa: PLC0415
+
+        tpot_axes.set_xscale("log", base=2)
+        tpot_axes.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))  # 64, not 2^6
+    target = answer.target
+    figure.suptitle(
+        f"{target.model} on {target.gpu} (tp {target.tp}): latency against load, "
+        f"{answer.num_requests:,} requests per point",
+        fontsize=11,
+    )
     return _svg(figure)
 
 

@@ -417,3 +417,175 @@ def test_scheduler_defaults_are_the_engines(
         },
     ).json()["scheduler"]
     assert (given["max_num_seqs"], given["max_num_batched_tokens"]) == (64, 1024)
+
+
+def test_a_named_dataset_is_vllms_lengths(client: TestClient) -> None:
+    """`dataset: random` at vLLM's defaults is 1,024-token prompts and 128-token outputs: the
+    same trace, so the same answer, as those constants given as percentiles. ShareGPT's
+    outputs average the published 197.1 generated tokens (output tokens per completed request;
+    2,000 draws of a spread-out length give a standard error near 2 %, so 6 % is three)."""
+    workload = {"requests_per_s": 2.0, "num_requests": 300}
+    named = client.post("/v1/simulations", json=body(workload=workload | {"dataset": "random"}))
+    spelled = client.post(
+        "/v1/simulations",
+        json=body(
+            workload=workload
+            | {
+                "prompt_tokens": {"p50": 1024, "p90": 1024, "p99": 1024},
+                "output_tokens": {"dataset": "random", "mean_tokens": 128},
+            }
+        ),
+    )
+    assert named.status_code == 200, named.text
+    assert named.json() == spelled.json()
+
+    sharegpt = client.post(
+        "/v1/simulations",
+        json=body(workload={"requests_per_s": 2.0, "num_requests": 2000, "dataset": "sharegpt"}),
+    )
+    assert sharegpt.status_code == 200, sharegpt.text
+    answer = sharegpt.json()
+    mean_output = answer["throughput_tokens_per_s"] / answer["requests_per_s"]
+    assert mean_output == pytest.approx(197.1, rel=0.06)
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        # 8,000 +- 50 %: up to 12,000-token prompts, beyond Llama-3-8B's 8,192.
+        (
+            {"prompt_tokens": {"dataset": "random", "mean_tokens": 8000, "range_ratio": 0.5}},
+            "workload.prompt_tokens.mean_tokens",
+        ),
+        ({"prompt_tokens": {"dataset": "sharegpt", "mean_tokens": 10}}, "workload.prompt_tokens"),
+        (
+            {"dataset": "sonnet", "output_tokens": {"dataset": "sonnet", "range_ratio": 0.1}},
+            "workload.output_tokens",
+        ),
+        ({"dataset": "imagenet"}, "workload.dataset"),
+    ],
+)
+def test_a_dataset_that_cannot_be_drawn_is_a_422(
+    client: TestClient, workload: dict[str, Any], field: str
+) -> None:
+    base = {"requests_per_s": 2.0, "num_requests": 100, "dataset": "random"}
+    answer = client.post("/v1/simulations", json=body(workload=base | workload))
+    assert answer.status_code == 422, answer.text
+    fields = [e["field"] for e in answer.json()["errors"]]
+    assert any(f.startswith(field) for f in fields), fields
+
+
+SWEEP: dict[str, Any] = {
+    "model": "llama-3-8b",
+    "gpu": "h100-sxm5-80gb",
+    "engine": "roofline",
+    "workload": {"num_requests": 300, "prompt_tokens": CONSTANT_2K, "output_tokens": CONSTANT_256},
+    "slo": {"ttft_ms": 300, "tpot_ms": 20},
+}
+
+
+def _single(client: TestClient, **load: Any) -> dict[str, Any]:
+    workload = SWEEP["workload"] | load
+    answer = client.post("/v1/simulations", json=SWEEP | {"workload": workload})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_a_sweep_point_is_the_simulation_at_its_load(client: TestClient) -> None:
+    """One seed, so the same requests at every load: each point is exactly what
+    `POST /v1/simulations` answers at that rate (or that many users)."""
+    rates = [2.0, 8.0, 30.0]
+    sweep = client.post("/v1/simulations/sweeps", json=SWEEP | {"requests_per_s": rates})
+    assert sweep.status_code == 200, sweep.text
+    answer = sweep.json()
+    assert answer["axis"] == "requests_per_s" and answer["saturation_requests_per_s"] is None
+    assert [p["requests_per_s_offered"] for p in answer["points"]] == rates
+    for point, rate in zip(answer["points"], rates, strict=True):
+        alone = _single(client, requests_per_s=rate)
+        for latency in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            assert point[latency] == pytest.approx(alone[latency], rel=1e-12)
+        assert point["saturated"] == alone["saturated"]
+        # Within the SLOs: p99s under 300 ms and 20 ms, and keeping up.
+        within = (
+            alone["ttft_ms"]["p99"] <= 300
+            and alone["tpot_ms"]["p99"] <= 20
+            and not alone["saturated"]
+        )
+        assert point["within_slo"] is within
+    passing = [p["requests_per_s_offered"] for p in answer["points"] if p["within_slo"]]
+    assert answer["max_load_within_slo"] == (max(passing) if passing else None)
+
+    users = client.post("/v1/simulations/sweeps", json=SWEEP | {"concurrency": [4, 32]})
+    assert users.status_code == 200, users.text
+    for point, count in zip(users.json()["points"], (4, 32), strict=True):
+        assert point["concurrency"] == count and point["requests_per_s_offered"] is None
+        alone = _single(client, concurrency=count)
+        assert point["ttft_ms"] == pytest.approx(alone["ttft_ms"], rel=1e-12)
+        assert point["requests_per_s"] == pytest.approx(alone["requests_per_s"], rel=1e-12)
+
+
+def test_chosen_rates_run_up_to_the_rate_that_saturates(client: TestClient) -> None:
+    """Rates chosen by the search: evenly spaced from a tenth of the saturating rate up to it;
+    the last point saturates (it is the search's own finding), the first keeps up, and tail
+    latency does not fall as the load grows (same requests, more of them at once)."""
+    answer = client.post("/v1/simulations/sweeps", json=SWEEP | {"points": 5})
+    assert answer.status_code == 200, answer.text
+    sweep = answer.json()
+    saturation = sweep["saturation_requests_per_s"]
+    rates = [p["requests_per_s_offered"] for p in sweep["points"]]
+    assert rates == pytest.approx([saturation * f for f in (0.1, 0.325, 0.55, 0.775, 1.0)])
+    assert sweep["points"][-1]["saturated"] and not sweep["points"][0]["saturated"]
+    tails = [p["ttft_ms"]["p99"] for p in sweep["points"]]
+    assert tails[-1] > tails[0]
+    # Users: 1 to twice max_num_seqs (the roofline engine's 256) capped by the 300 requests.
+    users = client.post(
+        "/v1/simulations/sweeps", json=SWEEP | {"axis": "concurrency", "points": 4}
+    ).json()
+    assert [p["concurrency"] for p in users["points"]] == [1, 7, 45, 300]
+
+
+def test_a_sweep_is_drawn_on_request(client: TestClient) -> None:
+    chart = client.post(
+        "/v1/simulations/sweeps",
+        json=SWEEP | {"requests_per_s": [2.0, 8.0]},
+        headers={"Accept": "image/svg+xml"},
+    )
+    assert chart.status_code == 200, chart.text
+    assert chart.headers["content-type"].startswith("image/svg+xml")
+    for words in ("TTFT p50", "TTFT p99", "TPOT p90", "SLO 300 ms", "SLO 20 ms", "requests/s"):
+        assert words in chart.text, words
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"requests_per_s": [1.0], "concurrency": [2]}, "body"),
+        ({"requests_per_s": [0.0]}, "requests_per_s.0"),
+        ({"requests_per_s": [1.0] * 17}, "requests_per_s"),
+        ({"points": 1}, "points"),
+        ({"workload": SWEEP["workload"] | {"think_time_s": 1.0}}, "body"),
+        ({"workload": {"num_requests": 10}}, "workload"),
+    ],
+)
+def test_a_sweep_that_cannot_run_is_a_422_naming_the_field(
+    client: TestClient, change: dict[str, Any], field: str
+) -> None:
+    answer = client.post("/v1/simulations/sweeps", json=SWEEP | change)
+    assert answer.status_code == 422, answer.text
+    assert any(e["field"] == field for e in answer.json()["errors"]), answer.json()["errors"]
+
+
+def test_a_sweeps_work_is_bounded_over_all_its_points(client: TestClient) -> None:
+    """Without a key one simulation may take 1,000,000 steps. 20,000 requests of 256 output
+    tokens at 0.01 request/s decode alone: 255 steps each, about 5.1 million per point; refused
+    before anything runs, naming the requests."""
+    workload = SWEEP["workload"] | {"num_requests": 20_000}
+    started = time.perf_counter()
+    answer = client.post(
+        "/v1/simulations/sweeps",
+        json=SWEEP | {"workload": workload, "requests_per_s": [0.01, 0.02]},
+    )
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "workload.num_requests"
+    assert "forward steps" in answer.json()["errors"][0]["message"]
+    assert time.perf_counter() - started < 5
