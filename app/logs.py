@@ -8,7 +8,7 @@ import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
-__all__ = ["REQUEST_ID", "JsonFormatter", "configure_logging"]
+__all__ = ["REQUEST_ID", "JsonFormatter", "configure_logging", "iso_utc"]
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
@@ -16,10 +16,27 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
+# One encoder for every line (json.dumps with `default=` builds a new one per call), and the
+# timestamp's date and time to the second formatted once per second: an access-log line is
+# written per request, on the event loop.
+_ENCODER = json.JSONEncoder(default=str)
+_SECOND: list[tuple[int, str]] = [(-1, "")]
+
+
+def iso_utc(created: float) -> str:
+    """ISO 8601 in UTC to the millisecond, as `datetime.isoformat(timespec="milliseconds")`."""
+    second = int(created)
+    cached_second, text = _SECOND[0]
+    if cached_second != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _SECOND[0] = (second, text)
+    return f"{text}.{int((created - second) * 1000):03d}+00:00"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": iso_utc(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -32,7 +49,7 @@ class JsonFormatter(logging.Formatter):
                 line[key] = value
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str)
+        return _ENCODER.encode(line)
 
 
 def configure_logging(level: str) -> None:

@@ -1,4 +1,5 @@
-"""Start the service as `make run` does, load it with wrk, and print what it measured.
+"""Start the service as `make run` does (and a plain FastAPI app beside it as the yardstick),
+load them with wrk, and print what it measured.
 
 Used by the bench_*.py scripts; not a test. Needs `wrk` (Debian package `wrk`).
 """
@@ -10,10 +11,12 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+API_KEY = "bench-key-0123456789"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,29 @@ class Result:
     p99_ms: float
     errors: int
     max_ms: float = 0.0
+    cpu_us_per_request: float | None = None
+    """CPU time the server's processes spent per request (user + system), where known: unlike
+    requests/s, hardly moved by what else the machine runs."""
+
+
+_SERVERS: dict[str, int] = {}
+"""Base URL -> pid of the server process serving it (its workers are its children)."""
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` and its descendants, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
+    return own + sum(_cpu_s(int(child)) for child in children)
+
+
+def _server_of(url: str) -> int | None:
+    return next((pid for base, pid in _SERVERS.items() if url.startswith(base)), None)
 
 
 def _free_port() -> int:
@@ -42,15 +69,79 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _serve(factory: str, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            BIN / "uvicorn",
+            "--factory",
+            "--app-dir",
+            str(ROOT / "scripts"),
+            f"bench_server:{factory}",
+            "--port",
+            env["BENCH_PORT"],
+            "--workers",
+            str(workers),
+            "--no-access-log",
+            "--timeout-graceful-shutdown",
+            "5",
+        ],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # the JSON access log is still formatted, as in production
+    )
+
+
 @contextmanager
-def running_server(log_level: str = "INFO", **settings: str) -> Iterator[str]:
-    """A fresh SQLite database, migrated and loaded, served by one uvicorn worker; `settings`
-    are extra RIDGELINE_* variables (e.g. response_memo_entries="0")."""
+def _served(factory: str, env: dict[str, str], ready_path: str, workers: int = 1) -> Iterator[str]:
+    port = _free_port()
+    server = _serve(factory, {**env, "BENCH_PORT": str(port)}, workers)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}{ready_path}", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None:
+                raise RuntimeError(f"{factory} exited with {server.returncode}")
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("server did not become ready")
+        _SERVERS[base] = server.pid
+        yield base
+    finally:
+        _SERVERS.pop(base, None)
+        server.terminate()
+        server.wait(10)
+
+
+@contextmanager
+def running_plain() -> Iterator[str]:
+    """The yardstick: a plain FastAPI app (no middleware, `GET /constant` returns a constant)
+    under the same uvicorn as the service."""
+    with _served("create_plain_app", dict(os.environ), "/constant") as base:
+        yield base
+
+
+@contextmanager
+def running_server(
+    log_level: str = "INFO",
+    *,
+    factory: str = "create_bench_app",
+    database_url: str | None = None,
+    workers: int = 1,
+    **settings: str,
+) -> Iterator[str]:
+    """Ridgeline as `make run` serves it: a database migrated and loaded (a fresh SQLite file
+    unless `database_url` names one), `workers` uvicorn processes; `settings` are extra
+    RIDGELINE_* variables (e.g. response_memo_entries="0")."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             **os.environ,
-            "RIDGELINE_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
-            "RIDGELINE_API_KEYS": "bench-key-0123456789",
+            "RIDGELINE_DATABASE_URL": database_url or f"sqlite:///{tmp}/bench.db",
+            "RIDGELINE_API_KEYS": API_KEY,
             "RIDGELINE_LOG_LEVEL": log_level,
             **{f"RIDGELINE_{name.upper()}": value for name, value in settings.items()},
         }
@@ -58,40 +149,27 @@ def running_server(log_level: str = "INFO", **settings: str) -> Iterator[str]:
         subprocess.run(
             [BIN / "ridgeline", "load-catalog"], env=env, check=True, capture_output=True
         )
-        port = _free_port()
-        server = subprocess.Popen(
-            [
-                BIN / "uvicorn",
-                "--factory",
-                "--app-dir",
-                str(ROOT / "scripts"),
-                "bench_server:create_bench_app",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--timeout-graceful-shutdown",
-                "5",
-            ],
-            env={**env, "PYTHONPATH": str(ROOT)},
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,  # the JSON access log is still formatted, as in production
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(100):
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
-            else:
-                raise RuntimeError("server did not become ready")
+        with _served(factory, env, "/readyz", workers) as base:
             yield base
-        finally:
-            server.terminate()
-            server.wait(10)
+
+
+@contextmanager
+def postgres_database(admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database made from `admin_url` (a server the caller may create
+    databases on), dropped afterwards."""
+    from sqlalchemy import create_engine, text  # noqa: PLC0415
+    from sqlalchemy.engine import make_url  # noqa: PLC0415
+
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"ridgeline_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 _LATENCY = re.compile(r"^\s*(50|99)%\s+([\d.]+)(us|ms|s)\s*$", re.MULTILINE)
@@ -132,6 +210,8 @@ def wrk(
             )
         for key, value in (headers or {}).items():
             script.write(f"wrk.headers[{json.dumps(key)}] = {json.dumps(value)}\n")
+    server = _server_of(url)
+    cpu_before = _cpu_s(server) if server is not None else 0.0
     try:
         out = subprocess.run(
             [
@@ -150,6 +230,8 @@ def wrk(
         ).stdout
     finally:
         os.unlink(script.name)
+    cpu_s = _cpu_s(server) - cpu_before if server is not None else None
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     latency = {p: float(v) * _UNITS[u] for p, v, u in _LATENCY.findall(out)}
     # "Latency   1.20ms  0.40ms  15.00ms   90.0%": mean, deviation, max, share within one.
@@ -160,14 +242,91 @@ def wrk(
     errors = int(errors_match.group(1)) if errors_match else 0
     if socket_errors:
         errors += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(0)))
-    return Result(name, rate, latency["50"], latency["99"], errors, max_ms)
+    cpu_us = cpu_s / total * 1e6 if cpu_s is not None and total else None
+    return Result(name, rate, latency["50"], latency["99"], errors, max_ms, cpu_us)
+
+
+@dataclass(frozen=True)
+class Load:
+    seconds: int = 5
+    connections: int = 32
+
+
+@dataclass(frozen=True)
+class Compared:
+    """An endpoint measured beside the plain app, run for run."""
+
+    result: Result
+    """The endpoint's median run (by requests/s)."""
+    ratio: float
+    """Median over runs of its requests/s over the plain app's in the run just before."""
+    plain: Result
+    """The plain app's median run."""
+
+
+def compared(
+    name: str,
+    url: str,
+    plain_url: str,
+    load: Load,
+    runs: int,
+    *,
+    body: dict[str, Any] | None = None,
+    vary: tuple[str, int, int] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Compared:
+    """`runs` pairs of wrk runs, the plain app's constant GET then `url`: on a machine others
+    share, a ratio of two runs seconds apart holds far better than either figure."""
+    pairs = []
+    for _ in range(runs):
+        plain = wrk("plain", plain_url, seconds=load.seconds, connections=load.connections)
+        mine = wrk(
+            name,
+            url,
+            body=body,
+            vary=vary,
+            headers=headers,
+            seconds=load.seconds,
+            connections=load.connections,
+        )
+        pairs.append((mine.requests_per_s / plain.requests_per_s, mine, plain))
+    pairs.sort(key=lambda pair: pair[0])
+    _, mine, _ = pairs[len(pairs) // 2]
+    plains = sorted((pair[2] for pair in pairs), key=lambda r: r.requests_per_s)
+    return Compared(mine, statistics.median(pair[0] for pair in pairs), plains[len(plains) // 2])
+
+
+def print_compared(rows: list[Compared]) -> None:
+    """One line per endpoint: its figures, its throughput as a ratio to the plain app's, and
+    the same ratio from CPU time per request (what the throughput ratio would be on a machine
+    with a core to spare for the server: noise from other work hardly moves it)."""
+    print(
+        f"{'endpoint':<46} {'req/s':>6} {'p50 ms':>6} {'p99 ms':>6} {'plain/s':>7} "
+        f"{'vs plain':>8} {'cpu us':>6} {'by cpu':>6} {'errors':>6}"
+    )
+    for row in rows:
+        r, plain = row.result, row.plain
+        by_cpu = (
+            plain.cpu_us_per_request / r.cpu_us_per_request
+            if r.cpu_us_per_request and plain.cpu_us_per_request
+            else float("nan")
+        )
+        cpu = r.cpu_us_per_request or float("nan")
+        print(
+            f"{r.name:<46} {r.requests_per_s:>6.0f} {r.p50_ms:>6.1f} {r.p99_ms:>6.1f} "
+            f"{plain.requests_per_s:>7.0f} {row.ratio:>8.2f} {cpu:>6.0f} {by_cpu:>6.2f} "
+            f"{r.errors:>6}"
+        )
 
 
 def print_table(results: list[Result], baseline: Result) -> None:
-    print(f"{'endpoint':<62} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs bare':>8} {'errors':>6}")
+    """One line per result, its throughput as a ratio to `baseline`'s (the plain app's)."""
+    print(
+        f"{'endpoint':<58} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs plain':>8} {'errors':>6}"
+    )
     for r in results:
         ratio = r.requests_per_s / baseline.requests_per_s
         print(
-            f"{r.name:<62} {r.requests_per_s:>9.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
+            f"{r.name:<58} {r.requests_per_s:>9.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
             f"{ratio:>8.2f} {r.errors:>6}"
         )

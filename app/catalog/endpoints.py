@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.catalog.hf_import import import_hf_config
 from app.catalog.orm import CatalogEntry
+from app.catalog.representations import Representation
 from app.catalog.schemas import (
     GpuCreate,
     GpuFields,
@@ -35,12 +36,12 @@ from app.web.deps import (
     IfMatchDep,
     LimitQuery,
     OffsetQuery,
+    cached_page,
+    cached_read,
     count_filter,
     etag_for,
     json_response,
     not_modified,
-    read_in_session,
-    read_json,
     text_filter,
     write_in_session,
 )
@@ -110,15 +111,15 @@ def add_item_routes(
             str | None, Header(description="An ETag you hold: 304 while it is current.")
         ] = None,
     ) -> Response:
-        def fetch(session: Session) -> tuple[int, bytes]:
+        def fetch(session: Session) -> Representation:
             row = entries(session).get(entry_id)
-            return row.version, read(row).model_dump_json().encode()
+            return Representation(read(row).model_dump_json().encode(), etag_for(row.version))
 
-        version, payload = await read_in_session(request, fetch)
-        etag = etag_for(version)
+        answer = await cached_read(request, noun, fetch)
+        etag = answer.etag or ""
         if not_modified(if_none_match, etag):
             return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
-        return Response(payload, media_type="application/json", headers={"ETag": etag})
+        return Response(answer.body, media_type="application/json", headers={"ETag": etag})
 
     @router.post(
         collection_path,
@@ -228,8 +229,9 @@ async def list_gpus_route(
         int | None, count_filter("Only GPUs with at least this much memory.")
     ] = None,
 ) -> Response:
-    return await read_json(
+    return await cached_page(
         request,
+        "gpu",
         lambda session: Page[GpuRead].of(
             list_gpus(
                 session,
@@ -275,8 +277,9 @@ async def list_models_route(
         int | None, count_filter("Only models with at most this many parameters.")
     ] = None,
 ) -> Response:
-    return await read_json(
+    return await cached_page(
         request,
+        "model",
         lambda session: Page[ModelRead].of(
             list_models(
                 session,

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic
 
+from sqlalchemy import event
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from app.catalog.lookup import nearest
@@ -44,6 +45,7 @@ __all__ = [
     "Precondition",
     "Validator",
     "changes",
+    "forget_changes_at_end",
     "gpu_entries",
     "gpu_spec_of",
     "list_gpus",
@@ -103,6 +105,19 @@ def changes(session: Session) -> set[tuple[str, str]]:
     """The catalog writes noted in the session's transaction so far."""
     found: set[tuple[str, str]] = session.info.get(CHANGES, set())
     return found
+
+
+def _forget_changes(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.parent is None:  # the outermost transaction, not a savepoint
+        session.info.pop(CHANGES, None)
+
+
+def forget_changes_at_end(session_factory: sessionmaker[Session]) -> None:
+    """Forget the noted writes when a transaction of `session_factory` ends (after every
+    `after_commit` listener has read them), so that what listens to commits reads them rather
+    than taking them, and any number of listeners see each write."""
+    if not event.contains(session_factory, "after_transaction_end", _forget_changes):
+        event.listen(session_factory, "after_transaction_end", _forget_changes)
 
 
 def merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.catalog.lookup import find_entry, nearest, shown
 from app.catalog.profiles import ProfileLibrary, ProfileRef, profile_refs
 from app.catalog.repository import GpuRepository, ModelRepository
-from app.catalog.service import CHANGES, gpu_spec_of, model_spec_of
+from app.catalog.service import changes, forget_changes_at_end, gpu_spec_of, model_spec_of
 from app.engine.profiles import Profile
 from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import InvalidInput, spec_errors
@@ -59,6 +59,8 @@ class CachedModel:
 
 
 E = TypeVar("E", CachedGpu, CachedModel)
+D = TypeVar("D")
+_DERIVED_KEPT = 256
 
 
 class NotCached(Exception):
@@ -88,6 +90,20 @@ class SpecCache:
         self._drops = 0  # invalidations so far; a fill that saw it change is not kept
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._derived: dict[Hashable, Any] = {}
+
+    def derived(self, key: Hashable, make: Callable[[], D]) -> D:
+        """What `make()` derives from cached entries, kept under `key`, which must name the
+        generations of the entries it used (`generations`): a write makes a new key, so a kept
+        value never outlives its entries. At most `_DERIVED_KEPT` are kept; `make` may run
+        twice for one key when two threads ask at once (it must be pure)."""
+        found = self._derived.get(key)
+        if found is None:
+            found = make()
+            if len(self._derived) >= _DERIVED_KEPT:
+                self._derived.clear()
+            self._derived[key] = found
+        return found
 
     def peek_gpu(self, gpu_id: str) -> CachedGpu | None:
         """The GPU's entry while it is cached and fresh, else None; never reads the database."""
@@ -144,14 +160,11 @@ class SpecCache:
         rolls back."""
 
         def committed(session: Session) -> None:
-            for kind, entry_id in session.info.pop(CHANGES, ()):
+            for kind, entry_id in changes(session):
                 self.invalidate(kind, entry_id)
 
-        def rolled_back(session: Session) -> None:
-            session.info.pop(CHANGES, None)
-
         event.listen(session_factory, "after_commit", committed)
-        event.listen(session_factory, "after_rollback", rolled_back)
+        forget_changes_at_end(session_factory)
 
     def invalidate(self, kind: str, entry_id: str) -> None:
         """Drop the entry of `kind` (`gpu` or `model`) `entry_id`, under whatever name it was
@@ -162,6 +175,13 @@ class SpecCache:
             for name in [n for n, (_, entry, _) in table.items() if entry.spec.id == entry_id]:
                 del table[name]
             table.pop(entry_id, None)
+
+    def clear(self) -> None:
+        """Drop every entry (a notification listener that reconnects may have missed some)."""
+        with self._lock:
+            self._drops += 1
+            self._gpus.clear()
+            self._models.clear()
 
     # internals
 

@@ -95,7 +95,11 @@ def _add(a: StepCount, b: StepCount) -> StepCount:
 def deployment_warnings(cost: StepCostModel) -> list[str]:
     """What every estimate of this deployment says besides its figures: weights that do not
     fit the GPU (`weight_fit_warnings`), KV heads or an MLA latent replicated by tp, groups of
-    GPUs that span link domains."""
+    GPUs that span link domains. Worked out once per cost model (`StepCostModel.derived`)."""
+    return list(cost.derived("deployment_warnings", lambda: tuple(_deployment_warnings(cost))))
+
+
+def _deployment_warnings(cost: StepCostModel) -> list[str]:
     model, deployment = cost.model, cost.deployment
     tp = deployment.tp
     warnings = weight_fit_warnings(model, cost.gpu, deployment)
@@ -390,7 +394,7 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
     seconds = step.total_s
     peak = cost.peak_flops_per_s * cost.deployment.tp
     warnings = deployment_warnings(cost)
-    plan = memory_plan(cost.model, cost.gpu, cost.deployment)
+    plan = cost.derived("memory_plan", lambda: memory_plan(cost.model, cost.gpu, cost.deployment))
     needed = batch_size * (
         kv_slots(cost.model, context_tokens, DEFAULT_BLOCK_TOKENS) * plan.kv_bytes_per_token
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,7 @@ from app.targets.schemas import (
     gpu_query,
     model_query,
 )
+from app.targets.service import TargetQuery
 from app.web.schemas import CATALOG_REF, MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
 
 _MAX_CURVE_POINTS = 1000
@@ -57,6 +58,46 @@ class _CachedPrefix(Input):
         description="Leading prompt tokens already in the KV cache (a prefix-cache hit): read, "
         "not recomputed.",
     )
+
+
+class _KnownTarget:
+    """`target_query` kept per process for catalog ids with a named efficiency (what a scheduler
+    sends, few distinct): building one (the deployment, its formats, the efficiency) costs a
+    tenth of a computed estimate. Pure: the same fields always make the same frozen query."""
+
+    _KEPT = 1024
+    _kept: ClassVar[dict[tuple[Any, ...], TargetQuery]] = {}
+
+    def target_query(self) -> TargetQuery:
+        request: Any = self
+        if not (
+            isinstance(request.model, str)
+            and isinstance(request.gpu, str)
+            and isinstance(request.efficiency, str)
+        ):
+            return TargetRequest.target_query(request)
+        key = (
+            request.model,
+            request.gpu,
+            request.efficiency,
+            request.engine,
+            request.tp,
+            request.pp,
+            request.dp,
+            request.ep,
+            request.expert_imbalance,
+            request.weight_dtype,
+            request.kv_dtype,
+            request.expert_dtype,
+        )
+        kept = _KnownTarget._kept
+        query = kept.get(key)
+        if query is None:
+            query = TargetRequest.target_query(request)
+            if len(kept) >= self._KEPT:
+                kept.clear()
+            kept[key] = query
+        return query
 
 
 # ---- shared response parts
@@ -97,7 +138,7 @@ class EstimateResponse(BaseModel):
 # ---- prefill
 
 
-class PrefillRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+class PrefillRequest(_KnownTarget, TargetRequest, _CachedPrefix, _PrefillShape):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [{"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}]
@@ -124,7 +165,7 @@ class PrefillResponse(EstimateResponse):
     steps: int = Field(description="Forward steps the prefill takes (chunks).")
 
 
-class PrefillCurveRequest(TargetRequest, _PrefillShape):
+class PrefillCurveRequest(_KnownTarget, TargetRequest, _PrefillShape):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -167,7 +208,7 @@ class PrefillCurveResponse(EstimateResponse):
 # ---- decode and whole requests
 
 
-class DecodeRequest(TargetRequest):
+class DecodeRequest(_KnownTarget, TargetRequest):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -202,7 +243,7 @@ class DecodeResponse(EstimateResponse):
     communication_share: float = Field(description="Share of the step spent in all-reduces.")
 
 
-class RequestRequest(TargetRequest, _CachedPrefix, _PrefillShape):
+class RequestRequest(_KnownTarget, TargetRequest, _CachedPrefix, _PrefillShape):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -236,7 +277,7 @@ class RequestResponse(EstimateResponse):
 # ---- batch ceiling
 
 
-class BatchCeilingRequest(TargetRequest):
+class BatchCeilingRequest(_KnownTarget, TargetRequest):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -291,7 +332,7 @@ class BatchCeilingResponse(EstimateResponse):
 # ---- tensor parallelism
 
 
-class TpFeasibilityRequest(TargetRequest):
+class TpFeasibilityRequest(_KnownTarget, TargetRequest):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
@@ -387,7 +428,7 @@ class TpFeasibilityResponse(EstimateResponse):
 # ---- chunked prefill
 
 
-class ChunkSizeRequest(TargetRequest):
+class ChunkSizeRequest(_KnownTarget, TargetRequest):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [

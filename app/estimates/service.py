@@ -1,15 +1,16 @@
 """Estimate use cases: resolve the target once, ask the engine, attach how far to trust it.
 
 Each function takes a frozen query (what the request asks, typed: engine specs, `DType`s) and
-returns the engine's result beside the resolved target (`Estimated`), which the answer schemas
-read by attribute. Engine `SpecError`s become 422s naming the request field (`spec_errors`).
+returns the engine's result beside the resolved target's echo and expected error (`Answer`),
+which the answer schemas read by attribute. Engine `SpecError`s become 422s naming the request
+field (`spec_errors`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from app.catalog.spec_cache import SpecCache
 from app.engine.batch_ceiling import BatchCeiling, estimate_batch_ceiling
@@ -34,15 +35,17 @@ from app.engine.parallelism import DEFAULT_TP_CANDIDATES, TpFeasibility, assess_
 from app.engine.roofline import Roofline, roofline
 from app.engine.specs import Deployment, GpuSpec, ModelSpec
 from app.errors import spec_errors
+from app.targets.schemas import TargetEcho
 from app.targets.service import (
     EfficiencyMode,
-    Estimated,
+    Target,
     TargetQuery,
     resolve_gpu_spec,
     resolve_target,
 )
 
 __all__ = [
+    "Answer",
     "BatchCeilingQuery",
     "ChunkSizeQuery",
     "DecodeQuery",
@@ -61,6 +64,30 @@ __all__ = [
     "roofline_of",
     "tp_feasibility",
 ]
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A resolved target and its echo as the answers carry it (`TargetEcho`), built once per
+    target (`target_of`)."""
+
+    target: Target
+    echo: TargetEcho
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[R]):
+    """An engine result and what every estimate answer carries besides its figures: the
+    target's echo and how far to trust the result (the spread of validation residuals of its
+    phases). An answer schema takes `target` and `expected_error_pct` from here and every other
+    field from `result`, by attribute."""
+
+    target: TargetEcho
+    expected_error_pct: dict[str, float]
+    result: R
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +190,43 @@ def workload_of(query: Any) -> dict[str, Any]:
     return {f.name: getattr(query, f.name) for f in fields(query)[1:]}
 
 
-def prefill(cache: SpecCache, query: PrefillQuery) -> Estimated[PrefillEstimate]:
-    target = resolve_target(cache, query.target)
+def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
+    """`resolve_target` and the target's echo, kept by the spec cache per query and generation
+    of the catalog entries it names (`SpecCache.derived`): a scheduler asks about few targets,
+    and resolving one (ids, efficiency, profile, its expected error) and echoing it cost half a
+    computed prefill estimate."""
+
+    def resolved() -> Resolved:
+        target = resolve_target(cache, query)
+        # Validated into the answer schema's part once: each answer then takes it as it is.
+        return Resolved(target, TargetEcho.model_validate(target.echo(), from_attributes=True))
+
+    generations = cache.generations(model=query.model, gpu=query.gpu)
+    if generations is None:
+        return resolved()
+    try:
+        key = ("target", query, generations)
+        hash(key)
+    except TypeError:  # an inline spec holding a dict: not hashable, resolved each time
+        return resolved()
+    return cache.derived(key, resolved)
+
+
+def _answer(resolved: Resolved, result: R, *phases: str) -> Answer[R]:
+    return Answer(resolved.echo, resolved.target.expected_error(*phases), result)
+
+
+def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     with spec_errors():
         estimate = estimate_prefill(target.cost, **workload_of(query))
-    return Estimated(target, estimate, ("prefill",))
+    return _answer(resolved, estimate, "prefill")
 
 
-def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Estimated[PrefillCurve]:
-    target = resolve_target(cache, query.target)
+def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Answer[PrefillCurve]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     lengths: Sequence[int] = query.prompt_tokens
     with spec_errors():
         curve = prefill_curve(
@@ -181,44 +236,49 @@ def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Estimated[Pref
             chunk_tokens=query.chunk_tokens,
             causal=query.causal,
         )
-    return Estimated(target, curve, ("prefill",))
+    return _answer(resolved, curve, "prefill")
 
 
-def decode(cache: SpecCache, query: DecodeQuery) -> Estimated[DecodeEstimate]:
-    target = resolve_target(cache, query.target)
+def decode(cache: SpecCache, query: DecodeQuery) -> Answer[DecodeEstimate]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     with spec_errors():
         estimate = estimate_decode(
             target.cost, batch_size=query.batch_size, context_tokens=query.context_tokens
         )
-    return Estimated(target, estimate, ("decode",))
+    return _answer(resolved, estimate, "decode")
 
 
-def request(cache: SpecCache, query: RequestQuery) -> Estimated[RequestEstimate]:
-    target = resolve_target(cache, query.target)
+def request(cache: SpecCache, query: RequestQuery) -> Answer[RequestEstimate]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     with spec_errors():
         estimate = estimate_request(target.cost, **workload_of(query))
-    return Estimated(target, estimate, ("prefill", "decode"))
+    return _answer(resolved, estimate, "prefill", "decode")
 
 
-def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Estimated[BatchCeiling]:
-    target = resolve_target(cache, query.target)
+def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Answer[BatchCeiling]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     with spec_errors():
         ceiling = estimate_batch_ceiling(target.cost, **workload_of(query))
-    return Estimated(target, ceiling, ("decode",))
+    return _answer(resolved, ceiling, "decode")
 
 
-def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Estimated[ChunkRecommendation]:
-    target = resolve_target(cache, query.target)
+def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Answer[ChunkRecommendation]:
+    resolved = target_of(cache, query.target)
+    target = resolved.target
     with spec_errors():
         recommendation = recommend_chunk_size(target.cost, **workload_of(query))
-    return Estimated(target, recommendation, ("prefill", "decode"))
+    return _answer(resolved, recommendation, "prefill", "decode")
 
 
-def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Estimated[TpFeasibility]:
+def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeasibility]:
     """Each of `query.candidates` assessed; the target's own `tp` plays no part (it is resolved
     at tp 1, so a tp the heads cannot take is no 422 here)."""
     at_tp_1 = replace(query.target, deployment=query.target.deployment.single_gpu())
-    target = resolve_target(cache, at_tp_1)
+    resolved = target_of(cache, at_tp_1)
+    target = resolved.target
     with spec_errors():
         result = assess_tp(
             target.model,
@@ -233,7 +293,7 @@ def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Estimated[TpF
             tpot_slo_ms=query.tpot_slo_ms,
             layouts=query.layouts,
         )
-    return Estimated(target, result, ("prefill", "decode"))
+    return _answer(resolved, result, "prefill", "decode")
 
 
 def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:

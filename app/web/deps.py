@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import itertools
 import re
@@ -16,11 +17,12 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.catalog.representations import Representation, Representations, target_of
 from app.catalog.service import ANY_VERSION, Precondition
 from app.catalog.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 from app.web.heavy import HeavyWork
-from app.web.memo import ResponseMemo
+from app.web.memo import ResponseMemo, raw_key
 from app.web.problems import ApiProblem, is_sqlite_busy
 from app.web.schemas import MAX_BIGINT, NO_NUL
 
@@ -33,6 +35,8 @@ __all__ = [
     "OptionalApiKeyDep",
     "SettingsDep",
     "SpecCacheDep",
+    "cached_page",
+    "cached_read",
     "etag_for",
     "json_response",
     "memoized_answer",
@@ -199,6 +203,68 @@ async def read_json(request: Request, read: Callable[[Session], BaseModel]) -> R
     return Response(await read_in_session(request, answer), media_type="application/json")
 
 
+async def cached_read(
+    request: Request, kind: str, read: Callable[[Session], Representation]
+) -> Representation:
+    """The answer kept for this request's target (`app.catalog.representations`), else the
+    one `read` builds with a session of its own in the thread pool, kept for the next request
+    to the same target until a write of catalog `kind` commits. Errors `read` raises (a 404)
+    are not kept."""
+    cache: Representations = request.app.state.representations
+    target = target_of(request.scope["path"], request.scope["query_string"])
+    answer = cache.get(target)
+    if answer is not None:
+        return answer
+    # One fill per target at a time: when an answer expires under load, the requests that
+    # miss it wait for one read instead of each reading (and serialising) the same rows. Only
+    # a fill begun since the last invalidation is joined, so a read that follows a write
+    # never gets an answer read before it.
+    token = cache.token()
+    key = (target, token)
+    while (filling := cache.filling.get(key)) is not None:
+        try:
+            return await asyncio.shield(filling)
+        except asyncio.CancelledError:
+            if not filling.cancelled():  # this request was cancelled, not the fill
+                raise
+    filling = asyncio.get_running_loop().create_future()
+    filling.add_done_callback(_retrieved)
+    cache.filling[key] = filling
+    try:
+        answer = await read_in_session(request, read)
+        route = getattr(request.scope.get("route"), "path", "")
+        answer = Representation(answer.body, answer.etag, route)
+        cache.put(kind, target, answer, token)
+        filling.set_result(answer)
+        return answer
+    except Exception as error:  # a 404: those waiting get it too
+        filling.set_exception(error)
+        raise
+    finally:
+        if not filling.done():  # cancelled (the client left): the others read for themselves
+            filling.cancel()
+        if cache.filling.get(key) is filling:
+            del cache.filling[key]
+
+
+def _retrieved(future: asyncio.Future[Representation]) -> None:
+    """Mark a fill's error as seen (asyncio logs errors nobody awaited)."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def cached_page(
+    request: Request, kind: str, read: Callable[[Session], BaseModel]
+) -> Response:
+    """A list page of catalog `kind`, kept as `cached_read` keeps answers."""
+
+    def page(session: Session) -> Representation:
+        return Representation(read(session).model_dump_json().encode())
+
+    answer = await cached_read(request, kind, page)
+    return Response(answer.body, media_type="application/json")
+
+
 async def write_in_session(
     request: Request, write: Callable[[Session], W], present: Callable[[W], T]
 ) -> T:
@@ -265,13 +331,15 @@ async def memoized_answer(
     pool, where it may read the database."""
     cache: SpecCache = request.app.state.spec_cache
     memo: ResponseMemo = request.app.state.response_memo
-    generations = cache.generations(**body.refs())
+    refs = body.refs()
+    generations = cache.generations(**refs)
     answer = None
     key = None
     if generations is not None:
         key = (request.scope["path"], body.model_dump_json(), generations)
         hit = memo.get(key)
         if hit is not None:
+            await _remember_raw(request, memo, refs, generations, hit)
             return Response(hit, media_type="application/json")
         try:
             with cache.cached_only():
@@ -281,6 +349,22 @@ async def memoized_answer(
     if answer is None:
         answer = await run_in_threadpool(produce)
     payload = answer.model_dump_json().encode()
-    if key is not None:
+    if key is not None and generations is not None:
         memo.put(key, payload)
+        await _remember_raw(request, memo, refs, generations, payload)
     return Response(payload, media_type="application/json")
+
+
+async def _remember_raw(
+    request: Request,
+    memo: ResponseMemo,
+    refs: dict[str, object],
+    generations: tuple[int, int],
+    payload: bytes,
+) -> None:
+    """Keep `payload` under the request as received too, for the middleware to answer a
+    byte-identical repeat before routing (`app.web.memo`)."""
+    if not memo.enabled:
+        return
+    headers = dict(request.scope["headers"])
+    memo.put_raw(raw_key(request.scope, headers, await request.body()), refs, generations, payload)

@@ -7,6 +7,9 @@ difference is measurable (see scripts/bench_api.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
 import logging
 import re
@@ -28,17 +31,21 @@ from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.logs import REQUEST_ID
+from app.catalog.representations import Representation, Representations, target_of
+from app.logs import REQUEST_ID, JsonFormatter, iso_utc
+from app.web.deps import not_modified
 from app.web.heavy import HeavyWork
+from app.web.memo import ResponseMemo, raw_key
 from app.web.problems import PROBLEM_CONTENT_TYPE, problem_body
 from app.web.route_table import template_of
 
-__all__ = ["HttpMetrics", "ObservabilityMiddleware"]
+__all__ = ["AccessLog", "HttpMetrics", "ObservabilityMiddleware", "access_line"]
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json\s*(;.*)?$", re.IGNORECASE)
 _BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
 _access_log = logging.getLogger("ridgeline.access")
+_ENCODER = json.JSONEncoder()
 _error_log = logging.getLogger("ridgeline.errors")
 
 # Estimates answer in about a millisecond, catalog writes in a few; simulations and plans take
@@ -100,6 +107,21 @@ class HttpMetrics:
             buckets=_BUCKETS,
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: int, elapsed_s: float) -> None:
+        """Count one request and its latency (the labelled children looked up once per
+        method, route and status: `labels()` costs a lock and a tuple every call)."""
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(elapsed_s)
 
 
 class _BodyTooLarge(HTTPException):
@@ -108,6 +130,203 @@ class _BodyTooLarge(HTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"Bodies are limited to {limit} bytes.")
+
+
+_FLUSH_S = 0.05
+_FLUSH_LINES = 256
+
+
+def access_line(
+    created: float,
+    *,
+    method: str,
+    path: str,
+    status: int,
+    route: str,
+    duration_ms: float,
+    request_id: str,
+) -> str:
+    """The access-log line `JsonFormatter` writes for a request's record, made directly."""
+    return (
+        f'{{"time": "{iso_utc(created)}", "level": "INFO", "logger": "{_access_log.name}", '
+        f'"message": {_ENCODER.encode(f"{method} {path} {status}")}, '
+        f'"request_id": {_ENCODER.encode(request_id)}, "route": {_ENCODER.encode(route)}, '
+        f'"status": {status}, "duration_ms": {duration_ms!r}}}\n'
+    )
+
+
+def _plain_handler() -> logging.StreamHandler[Any] | None:
+    """The one handler access records reach when it is what `configure_logging` installs (a
+    StreamHandler with a `JsonFormatter`, nothing filtering on the way), else None."""
+    handlers: list[logging.Handler] = []
+    logger: logging.Logger | None = _access_log
+    while logger is not None:
+        if logger.filters:
+            return None
+        handlers.extend(logger.handlers)
+        logger = logger.parent if logger.propagate else None
+    if len(handlers) != 1:
+        return None
+    handler = handlers[0]
+    if (
+        type(handler) is not logging.StreamHandler
+        or type(handler.formatter) is not JsonFormatter
+        or handler.filters
+        or handler.level > logging.INFO
+    ):
+        return None
+    return handler
+
+
+class AccessLog:
+    """One JSON line per request on the `ridgeline.access` logger.
+
+    Where that logger ends in the handler `configure_logging` installs, the line is made here,
+    exactly as its formatter would make it, and lines are written in batches, at most 50 ms
+    after their request: a record through `logging` costs about 15 us a request, most of what
+    this middleware costs. Anywhere else (a test capturing records, another configuration),
+    each request's record goes through `logging` at once."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+        self._handler: logging.StreamHandler[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def write(
+        self,
+        *,
+        method: str,
+        path: str,
+        status: int,
+        route: str,
+        duration_ms: float,
+        request_id: str,
+    ) -> None:
+        if not _access_log.isEnabledFor(logging.INFO):
+            return
+        handler = _plain_handler()
+        if handler is None:
+            self.flush()
+            _access_log.handle(
+                _access_log.makeRecord(
+                    _access_log.name,
+                    logging.INFO,
+                    __file__,
+                    0,
+                    "%s %s %s",
+                    (method, path, status),
+                    None,
+                    extra={"route": route, "status": status, "duration_ms": duration_ms},
+                )
+            )
+            return
+        if handler is not self._handler:
+            self.flush()
+            self._handler = handler
+        self._lines.append(
+            access_line(
+                time.time(),
+                method=method,
+                path=path,
+                status=status,
+                route=route,
+                duration_ms=duration_ms,
+                request_id=request_id,
+            )
+        )
+        if len(self._lines) >= _FLUSH_LINES:
+            self.flush()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._timer = loop.call_later(_FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """Write the lines waiting, in one write."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        lines, self._lines = self._lines, []
+        if not lines or self._handler is None:
+            return
+        handler = self._handler
+        with handler.lock or contextlib.nullcontext():
+            handler.stream.write("".join(lines))
+            handler.flush()
+
+
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_ID_COUNTER = itertools.count(1)
+
+
+def _request_id(given: bytes | None) -> str:
+    """The caller's `X-Request-ID` when it is well formed; else 32 hex digits unique per
+    request: a random per-process prefix and a counter (a fresh `uuid4` costs a system call
+    for its randomness on every request)."""
+    if given is not None:
+        text = given.decode("latin-1")
+        if _REQUEST_ID.match(text):
+            return text
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` with the body already read given back first."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _send_kept(send: Send, kept: Representation, if_none_match: bytes | None) -> None:
+    """A kept catalog answer as the route sends it: 200 with its ETag, or 304 while the
+    client's `If-None-Match` names it."""
+    headers = [(b"etag", kept.etag.encode())] if kept.etag is not None else []
+    if kept.etag is not None and not_modified(
+        None if if_none_match is None else if_none_match.decode("latin-1"), kept.etag
+    ):
+        await send({"type": "http.response.start", "status": 304, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await _send_json(send, kept.body, headers)
+
+
+async def _send_json(
+    send: Send, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-length", str(len(body)).encode()),
+                (b"content-type", b"application/json"),
+                *(headers or ()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 MAX_TARGET_BYTES = 8192
@@ -122,18 +341,22 @@ class ObservabilityMiddleware:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.fastapi_app = fastapi_app
+        self.access_log = AccessLog()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.access_log.flush()  # at shutdown (lifespan), lines still waiting
             return
         started = time.perf_counter()
         headers = dict(scope["headers"])
-        given = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = _request_id(headers.get(b"x-request-id"))
         token = REQUEST_ID.set(request_id)
         status = 500
         started_response = False
+        template: str | None = None
         id_header = (b"x-request-id", request_id.encode("latin-1"))
 
         async def send_with_id(message: Message) -> None:
@@ -149,7 +372,10 @@ class ObservabilityMiddleware:
             if refusal is not None:
                 await self._send_problem(scope, send_with_id, *refusal)
             else:
-                await self.app(scope, self._limited(receive), send_with_id)
+                receive = self._limited(receive)
+                template, receive = await self._ahead(scope, headers, receive, send_with_id)
+                if template is None:
+                    await self.app(scope, receive, send_with_id)
         except _BodyTooLarge:
             await self._send_problem(scope, send_with_id, *self._too_large())
         except Exception:
@@ -166,20 +392,50 @@ class ObservabilityMiddleware:
                 "An unexpected error occurred; quote the request id when reporting it.",
             )
         finally:
-            elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", None) or self._template(scope)
-            method = scope["method"]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
-            _access_log.info(
-                "%s %s %s",
-                method,
-                scope["path"],
-                status,
-                extra={"route": template, "status": status, "duration_ms": elapsed * 1e3},
-            )
+            if template is None:
+                route = scope.get("route")
+                template = getattr(route, "path", None) or self._template(scope)
+            self._record(scope, template, status, time.perf_counter() - started)
             REQUEST_ID.reset(token)
+
+    def _record(self, scope: Scope, template: str, status: int, elapsed_s: float) -> None:
+        """The request's metrics and its access-log line."""
+        method = scope["method"]
+        self.metrics.observe(method, template, status, elapsed_s)
+        self.access_log.write(
+            method=method,
+            path=scope["path"],
+            status=status,
+            route=template,
+            duration_ms=elapsed_s * 1e3,
+            request_id=REQUEST_ID.get() or "",
+        )
+
+    async def _ahead(
+        self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send
+    ) -> tuple[str | None, Receive]:
+        """Answer a repeat before routing, from what the app itself sent for the same request
+        while nothing it depends on changed: a catalog read (`app.catalog.representations`)
+        or a byte-identical estimate (`app.web.memo`). The route template it counts on when
+        answered, else None; and the `receive` the app is to read the request from."""
+        state = self.fastapi_app.state
+        method = scope["method"]
+        if method == "GET":
+            cache: Representations | None = getattr(state, "representations", None)
+            kept = cache.get(target_of(scope["path"], scope["query_string"])) if cache else None
+            if kept is not None:
+                await _send_kept(send, kept, headers.get(b"if-none-match"))
+                return kept.route, receive
+        elif method == "POST":
+            memo: ResponseMemo | None = getattr(state, "response_memo", None)
+            if memo is not None and scope["path"] in memo.raw_paths:
+                body = await _read_body(receive)
+                answer = memo.get_raw(raw_key(scope, headers, body), state.spec_cache.generations)
+                if answer is None:
+                    return None, _replay(body, receive)
+                await _send_json(send, answer)
+                return scope["path"], receive  # the memo's routes have no path parameters
+        return None, receive
 
     def _template(self, scope: Scope) -> str:
         """The route template of a request the app never routed (refused here: 413, 414,
