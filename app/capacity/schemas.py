@@ -1,0 +1,148 @@
+"""`POST /v1/capacity`: what one replica of a deployment sustains within SLOs, and how many
+replicas an observed rate needs. Rates per second (per replica unless said), latencies in ms."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.catalog.schemas import ModelArchitecture
+from app.plans.schemas import Slo
+from app.simulations.schemas import LengthDistribution
+from app.targets.schemas import ENGINE_PATTERN, Format
+from app.web.schemas import BF16_FORMAT, CATALOG_REF, Input
+
+__all__ = ["CapacityPredicted", "CapacityRequest", "CapacityResponse"]
+
+DEPLOYMENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$"
+
+
+class CapacityRequest(Input):
+    """A deployment (model, GPU, layout, formats, scheduler, engine), its SLOs and its request
+    mix; optionally the rate it now receives."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "llama-3-8b",
+                    "gpu": "h100-sxm5-80gb",
+                    "tp": 1,
+                    "max_num_seqs": 256,
+                    "chunk_tokens": 2048,
+                    "prompt_tokens": {"p50": 2048, "p90": 2048, "p99": 2048},
+                    "output_tokens": {"p50": 256, "p90": 256, "p99": 256},
+                    "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+                    "observed_requests_per_s": 40,
+                }
+            ]
+        }
+    )
+
+    name: str | None = Field(
+        default=None,
+        pattern=DEPLOYMENT_NAME,
+        description="The deployment's name: the `deployment` label of the Prometheus answer "
+        "(default: model, GPU and layout, `llama-3-8b.h100-sxm5-80gb.tp1`).",
+    )
+    model: CATALOG_REF | ModelArchitecture = Field(
+        description="A catalog model id, or an inline architecture.", examples=["llama-3-8b"]
+    )
+    gpu: CATALOG_REF = Field(description="A catalog GPU id.", examples=["h100-sxm5-80gb"])
+    tp: int = Field(default=1, ge=1, le=256, description="Tensor-parallel degree.")
+    pp: int = Field(default=1, ge=1, le=64, description="Pipeline stages.")
+    dp: int = Field(
+        default=1, ge=1, le=256, description="Attention data-parallel ranks (MoE), each of tp."
+    )
+    ep: int = Field(
+        default=1, ge=1, le=1024, description="Expert parallelism: 1, or tp x dp (MoE)."
+    )
+    weight_dtype: Format = Field(default=BF16_FORMAT, description="Weight format.")
+    kv_dtype: Format = Field(default=BF16_FORMAT, description="KV-cache format.")
+    engine: str | None = Field(
+        default=None,
+        pattern=ENGINE_PATTERN,
+        description="The serving engine whose measured profile times the steps (`vllm`, "
+        "`sglang`, `trtllm`, `name@version`, `roofline`); default: the GPU's default profile.",
+    )
+    efficiency: Literal["calibrated", "ideal"] = Field(
+        default="calibrated", description="Time steps with the GPU's calibration, or ideally."
+    )
+    max_num_seqs: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description="Running sequences per data-parallel rank (lowered to chunk_tokens).",
+    )
+    chunk_tokens: int = Field(
+        default=2048,
+        ge=1,
+        le=2**24,
+        description="Prefill chunk: tokens per step, max_num_batched_tokens.",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
+    )
+    gpus_per_node: int = Field(default=8, ge=1, le=64, description="GPUs in one node.")
+    prompt_tokens: LengthDistribution = Field(description="Prompt lengths.")
+    output_tokens: LengthDistribution = Field(description="Output lengths, the first included.")
+    slo: Slo = Field(description="The latency objectives, at the 99th percentile.")
+    observed_requests_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e7,
+        allow_inf_nan=False,
+        description="The rate the whole deployment receives now: the answer adds the replicas "
+        "it needs.",
+    )
+    headroom: float = Field(
+        default=0.2, ge=0, le=10, description="Spare capacity: replicas carry rate x (1 + it)."
+    )
+    probe_requests: int = Field(
+        default=3000,
+        ge=500,
+        le=20000,
+        description="Requests per simulation probe, as the planner's `probe_requests`.",
+    )
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of the probes' requests.")
+
+
+class CapacityPredicted(BaseModel):
+    """The simulated latencies of one replica at `requests_per_s_per_replica`."""
+
+    requests_per_s_per_replica: float = Field(description="The rate simulated.")
+    ttft_p50_ms: float = Field(description="Median time to first token.")
+    ttft_p99_ms: float = Field(description="99th-percentile time to first token.")
+    tpot_p50_ms: float = Field(description="Median time per output token.")
+    tpot_p99_ms: float = Field(description="99th-percentile time per output token.")
+    saturated: bool = Field(description="Whether the queue grows without bound there.")
+
+
+class CapacityResponse(BaseModel):
+    """What one replica sustains within the SLOs, and the replicas an observed rate needs."""
+
+    deployment: str = Field(description="The deployment's name (the metric's label).")
+    requests_per_s_per_replica: float = Field(
+        description="The highest rate one replica sustains with the SLOs met (simulated)."
+    )
+    failing_requests_per_s_per_replica: float = Field(
+        description="The lowest rate known to miss them (within 1 % above)."
+    )
+    analytic_max_requests_per_s_per_replica: float = Field(
+        description="The analytic capacity bound: no simulation sustains more."
+    )
+    predicted: CapacityPredicted = Field(description="Latencies at the sustained rate.")
+    observed_requests_per_s: float | None = Field(description="The rate given, if any.")
+    headroom: float = Field(description="Spare capacity the replica count includes.")
+    replicas: int | None = Field(
+        description="ceil(observed x (1 + headroom) / requests_per_s_per_replica), at least 1; "
+        "null without an observed rate."
+    )
+    kv_capacity_tokens: int = Field(description="KV cache of one replica, tokens.")
+    engine: str = Field(description="What timed the steps: `vllm@0.24.0`, or `roofline`.")
+    probe_requests: int = Field(description="Requests in each simulation probe.")
+    simulations: int = Field(description="Simulation probes the search ran.")
+    cached: bool = Field(description="Answered from the cache (simulated earlier).")
+    reasons: list[str] = Field(description="Caveats of the replica (a KV-limited batch, ...).")
+    metric: str = Field(description="The Prometheus metric of the sustained rate.")

@@ -1,0 +1,86 @@
+"""`/v1/plans/{id}/deployments/{rank}`: a planned candidate as launch arguments or a manifest."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "ArgumentSource",
+    "DeploymentRead",
+    "PlannedLayout",
+    "Target",
+    "UnsupportedSetting",
+]
+
+
+class Target(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+    KUBERNETES = "kubernetes"
+    HELM = "helm"
+
+
+class UnsupportedSetting(BaseModel):
+    """A planned setting the target cannot express: it is not in the rendering."""
+
+    setting: str = Field(description="The plan's field (`kv_dtype`, `ep`, `weight_dtype`, ...).")
+    value: str = Field(description="Its planned value.")
+    reason: str = Field(description="Why the target cannot express it, and what to do instead.")
+
+
+class ArgumentSource(BaseModel):
+    """The published argument list every rendered flag was checked against."""
+
+    engine: str = Field(description="`vllm`, `sglang` or `trtllm`.")
+    version: str = Field(description="The release line the list was read from.")
+    title: str = Field(description="The source file.")
+    url: str = Field(description="Where it was read (a commit of the engine's repository).")
+
+
+class PlannedLayout(BaseModel):
+    """The candidate rendered, as the plan has it (per replica)."""
+
+    gpu: str = Field(description="Catalog GPU id.")
+    tp: int = Field(description="Tensor-parallel degree.")
+    pp: int = Field(description="Pipeline stages.")
+    dp: int = Field(description="Attention data-parallel ranks (each of tp GPUs).")
+    ep: int = Field(description="Expert-parallel degree (1: experts sliced by tensor).")
+    gpus_per_replica: int = Field(description="tp x dp x pp.")
+    weight_dtype: str = Field(description="Weight format.")
+    kv_dtype: str = Field(description="KV-cache format.")
+    max_num_seqs: int | None = Field(description="Sequences per data-parallel rank (null: any).")
+    chunk_tokens: int | None = Field(description="Prefill chunk, tokens (null: any).")
+    replicas: int = Field(description="Replicas the plan sized.")
+    gpu_memory_utilization: float = Field(description="Share of GPU memory the engine may use.")
+
+
+class DeploymentRead(BaseModel):
+    """The launch of one planned candidate for a serving engine, or its Kubernetes manifest or
+    Helm values. Settings the target cannot express are in `unsupported`, never dropped."""
+
+    plan_id: str = Field(description="The plan.")
+    rank: int = Field(description="The candidate's place in the plan's `plans` (0: cheapest).")
+    target: Target = Field(description="What was rendered.")
+    engine: str = Field(description="The serving engine launched (`vllm`, `sglang`, `trtllm`).")
+    engine_version: str | None = Field(
+        description="The engine version the plan's profile timed (the image tag's), null when "
+        "the plan was not timed with this engine's profile."
+    )
+    model: str = Field(description="The checkpoint the engine loads (Hugging Face repository).")
+    layout: PlannedLayout = Field(description="The candidate rendered.")
+    argv: list[str] = Field(description="The engine's command line, one argument per item.")
+    command: str = Field(description="The same, quoted for a POSIX shell.")
+    files: dict[str, str] = Field(
+        description="Files by name: the engine's options file (TensorRT-LLM), the manifest "
+        "(`kubernetes`: `deployment.yaml`) or the values (`helm`: `values.yaml`)."
+    )
+    unsupported: list[UnsupportedSetting] = Field(
+        description="Planned settings the target cannot express, with the reasons."
+    )
+    notes: list[str] = Field(description="How settings were translated, and caveats.")
+    arguments: ArgumentSource = Field(
+        description="The published argument list each flag was checked against."
+    )

@@ -1,0 +1,256 @@
+"""Render a stored plan's candidate for a serving engine, Kubernetes or Helm.
+
+The plan is read through `app.plans.service` (a plan not done yet is a 409); the model's
+checkpoint and format come from the catalog, the engine version from the profile the plan was
+timed with (the same choice the planner made: the GPU's profile for the plan's `engine`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from app.catalog.profiles import choose_profile, profile_refs
+from app.catalog.repository import ModelRepository
+from app.catalog.spec_cache import SpecCache
+from app.deployments.arguments import Engine, EngineArguments, engine_arguments, helm_chart
+from app.deployments.render import (
+    OPTIONS_DIR,
+    EngineLaunch,
+    PlannedReplica,
+    ServedModel,
+    Unsupported,
+    helm_values,
+    kubernetes_manifest,
+    launch,
+)
+from app.deployments.schemas import (
+    ArgumentSource,
+    DeploymentRead,
+    PlannedLayout,
+    Target,
+    UnsupportedSetting,
+)
+from app.engine.dtypes import DType
+from app.errors import Conflict, FieldProblem, InvalidInput, NotFound
+from app.plans.schemas import CandidateRead, PlanRead
+from app.plans.service import PlanNotDone, get_plan, plan_in_full
+
+__all__ = ["CandidateNotFound", "PlanNotReady", "render_deployment"]
+
+_INLINE_CHECKPOINT = "<checkpoint>"
+
+
+class PlanNotReady(Conflict):
+    """A deployment of a plan that is not done yet."""
+
+    def __init__(self, plan_id: str, status: str, progress: float) -> None:
+        super().__init__(
+            f"Plan {plan_id!r} is {status} ({progress:.0%} of its candidates done): its "
+            "candidates can be rendered once it is done; poll GET /v1/plans/{id} until its "
+            "status is done."
+        )
+        self.plan_id = plan_id
+
+
+class CandidateNotFound(NotFound):
+    def __init__(self, plan_id: str, rank: int, count: int) -> None:
+        super().__init__(
+            f"Plan {plan_id!r} has {count} candidates (ranks 0 to {count - 1}), none at rank "
+            f"{rank}."
+        )
+
+
+def _done_plan(session: Session, plan_id: str) -> PlanRead:
+    try:
+        return plan_in_full(session, plan_id)
+    except PlanNotDone:
+        row = get_plan(session, plan_id)
+        raise PlanNotReady(plan_id, str(row.status), float(row.progress)) from None
+
+
+def _path_problem(field: str, message: str) -> InvalidInput:
+    return InvalidInput(f"{field}: {message}", (FieldProblem(field, message, "path"),))
+
+
+def _candidate(plan: PlanRead, rank: int) -> CandidateRead:
+    if rank >= len(plan.plans):
+        raise CandidateNotFound(plan.id, rank, len(plan.plans))
+    candidate = plan.plans[rank]
+    if not candidate.feasible or candidate.replicas is None:
+        reasons = "; ".join(candidate.reasons) or "it was not planned"
+        raise _path_problem("rank", f"the candidate at rank {rank} is infeasible: {reasons}")
+    return candidate
+
+
+def _engine(target: Target, engine: Engine | None, plan_engine: str | None) -> Engine:
+    """The engine a target launches: the target's own, or for manifests the one asked for, else
+    the plan's (when it named one), else vLLM."""
+    if target in (Target.VLLM, Target.SGLANG, Target.TRTLLM):
+        if engine is not None and engine.value != target.value:
+            raise InvalidInput.at("engine", f"target {target.value} launches {target.value}")
+        return Engine(target.value)
+    if target is Target.HELM:
+        if engine is not None and engine is not Engine.VLLM:
+            chart = helm_chart().chart
+            raise InvalidInput.at("engine", f"the {chart} chart serves vLLM only")
+        return Engine.VLLM
+    if engine is not None:
+        return engine
+    name = (plan_engine or "").split("@", 1)[0]
+    return Engine(name) if name in {e.value for e in Engine} else Engine.VLLM
+
+
+def _served_model(
+    session: Session, cache: SpecCache, plan: PlanRead, model_path: str | None
+) -> tuple[ServedModel, list[Unsupported], list[str]]:
+    requested = plan.request.get("model")
+    unsupported: list[Unsupported] = []
+    notes: list[str] = []
+    if isinstance(requested, str):
+        spec = cache.model(requested, "model").spec
+        row = ModelRepository(session).get(spec.id)
+        repo = row.hf_repo if row is not None else None
+        path = model_path or repo or spec.id
+        if model_path is None and repo is None:
+            notes.append(f"the catalog names no Hugging Face repository for {spec.id}")
+        name, checkpoint, moe = spec.id, spec.checkpoint_dtype, spec.moe is not None
+    else:
+        fields = requested if isinstance(requested, dict) else {}
+        name = "inline"
+        checkpoint = DType(fields.get("checkpoint_dtype") or DType.BF16.value)
+        moe = fields.get("moe") is not None
+        path = model_path or _INLINE_CHECKPOINT
+        if model_path is None:
+            unsupported.append(
+                Unsupported(
+                    "model",
+                    "inline",
+                    "an inline architecture names no checkpoint: give model_path",
+                )
+            )
+    return ServedModel(path, name, checkpoint, moe), unsupported, notes
+
+
+def _image_tag(engine: Engine, version: str | None) -> str:
+    if version is None:
+        return "latest"
+    return version if engine is Engine.TRTLLM else f"v{version}"
+
+
+def _replica(plan: PlanRead, candidate: CandidateRead) -> PlannedReplica:
+    replicas = candidate.replicas
+    if replicas is None:  # _candidate refused it
+        raise ValueError("an unplanned candidate has no replicas")
+    return PlannedReplica(
+        gpu=candidate.gpu,
+        tp=candidate.tp,
+        pp=candidate.pp,
+        dp=candidate.dp,
+        ep=candidate.ep,
+        weight_dtype=DType(candidate.weight_dtype),
+        kv_dtype=DType(candidate.kv_dtype),
+        max_num_seqs=candidate.max_num_seqs,
+        chunk_tokens=candidate.chunk_tokens,
+        replicas=replicas,
+        gpu_memory_utilization=float(plan.request.get("gpu_memory_utilization", 0.9)),
+        gpus_per_node=int(plan.request.get("gpus_per_node", 8)),
+    )
+
+
+def _argument_source(args: EngineArguments) -> ArgumentSource:
+    return ArgumentSource(
+        engine=args.engine.value,
+        version=args.version,
+        title=args.source.title,
+        url=args.source.url,
+    )
+
+
+def render_deployment(
+    session: Session,
+    cache: SpecCache,
+    plan_id: str,
+    rank: int,
+    target: Target,
+    *,
+    engine: Engine | None = None,
+    model_path: str | None = None,
+) -> DeploymentRead:
+    """The candidate at `rank` of a done plan rendered for `target`. 404 for an unknown plan or
+    rank; 409 while the plan is not done; 422 for an infeasible candidate or an `engine` the
+    target cannot launch."""
+    plan = _done_plan(session, plan_id)
+    candidate = _candidate(plan, rank)
+    plan_engine = plan.request.get("engine")
+    chosen = _engine(target, engine, plan_engine if isinstance(plan_engine, str) else None)
+    model, unsupported, notes = _served_model(session, cache, plan, model_path)
+    replica = _replica(plan, candidate)
+
+    profile = choose_profile(
+        profile_refs(session, candidate.gpu),
+        plan_engine if isinstance(plan_engine, str) else None,
+    )
+    version = profile.version if profile is not None and profile.engine == chosen.value else None
+    if version is None:
+        timed = "the roofline" if profile is None else f"{profile.engine} {profile.version}"
+        notes.append(
+            f"the plan was timed with {timed}, not {chosen.value}: its latencies are that "
+            f"engine's; the image tag is latest"
+        )
+    args = engine_arguments(chosen)
+    if version is not None and version.split(".")[:2] != args.version.split(".")[:2]:
+        notes.append(
+            f"flags are checked against {chosen.value} {args.version}'s published arguments "
+            f"(the newest read); the plan's profile is {chosen.value} {version}"
+        )
+
+    manifest = target in (Target.KUBERNETES, Target.HELM)
+    engine_launch: EngineLaunch = launch(args, model, replica, OPTIONS_DIR if manifest else None)
+    files = dict(engine_launch.files)
+    unsupported += engine_launch.unsupported
+    notes += engine_launch.notes
+    tag = _image_tag(chosen, version)
+    if target is Target.KUBERNETES:
+        labels = {"ridgeline.io/plan": plan.id, "ridgeline.io/rank": str(rank)}
+        text, one_pod = kubernetes_manifest(
+            engine_launch, args, model, replica, image_tag=tag, labels=labels
+        )
+        files = {"deployment.yaml": text}
+        unsupported += [one_pod] if one_pod else []
+    elif target is Target.HELM:
+        text, one_pod = helm_values(engine_launch, helm_chart(), model, replica, tag)
+        files = {"values.yaml": text}
+        unsupported += [one_pod] if one_pod else []
+        notes.append(f"values for the {helm_chart().chart} chart ({helm_chart().source.url})")
+
+    return DeploymentRead(
+        plan_id=plan.id,
+        rank=rank,
+        target=target,
+        engine=chosen.value,
+        engine_version=version,
+        model=model.path,
+        layout=PlannedLayout(
+            gpu=replica.gpu,
+            tp=replica.tp,
+            pp=replica.pp,
+            dp=replica.dp,
+            ep=replica.ep,
+            gpus_per_replica=replica.gpus_per_replica,
+            weight_dtype=replica.weight_dtype.value,
+            kv_dtype=replica.kv_dtype.value,
+            max_num_seqs=replica.max_num_seqs,
+            chunk_tokens=replica.chunk_tokens,
+            replicas=replica.replicas,
+            gpu_memory_utilization=replica.gpu_memory_utilization,
+        ),
+        argv=list(engine_launch.argv),
+        command=engine_launch.command,
+        files=files,
+        unsupported=[
+            UnsupportedSetting(setting=u.setting, value=u.value, reason=u.reason)
+            for u in unsupported
+        ],
+        notes=notes,
+        arguments=_argument_source(args),
+    )
