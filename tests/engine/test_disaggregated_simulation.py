@@ -7,7 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from app.engine.simulation import KvLink, Pool, SchedulerConfig, simulate_disaggregated
+from app.engine.simulation import (
+    KvLink,
+    Pool,
+    SchedulerConfig,
+    SimulationTooLong,
+    simulate_disaggregated,
+)
+from app.engine.simulation.loop import _run
 from app.engine.specs import SpecError
 from app.engine.step_load import StepLoad
 from app.engine.workload import Trace
@@ -94,3 +101,61 @@ def test_impossible_links_name_their_field() -> None:
     with pytest.raises(SpecError) as error:
         KvLink(latency_s=-1.0)
     assert error.value.field == "link.latency_s"
+
+
+class _RecordingTimer:
+    """10 ms a step; records each step's prefill work (tokens, KV tokens, attention pairs)."""
+
+    def __init__(self) -> None:
+        self.prefills: list[tuple[int, int, float]] = []
+
+    def seconds(self, load: StepLoad) -> float:
+        if load.prefill_tokens:
+            self.prefills.append(
+                (load.prefill_tokens, load.prefill_kv_tokens, load.prefill_attention_pairs)
+            )
+        return 0.01
+
+
+def test_a_request_preempted_in_a_decode_pool_recomputes_its_prompt() -> None:
+    """Two 100-token prompts arrive with their KV; 15 blocks of 16 tokens hold 7 blocks each
+    (112 tokens) and one spare. When both need an eighth block, the newer is preempted and its
+    blocks, its prompt's among them, are freed: back in, it recomputes all 113 tokens it had
+    (100 of prompt, 13 generated), nothing found cached: 113 x 114 / 2 = 6,441 attention
+    pairs."""
+    timer = _RecordingTimer()
+    trace = Trace.from_rows([(0.0, 100, 60), (0.0, 100, 60)])
+    run = _run(
+        trace,
+        timer,
+        kv_capacity_tokens=15 * 16,
+        block_tokens=16,
+        scheduler=SchedulerConfig(),
+        ttft_slo_ms=None,
+        tpot_slo_ms=None,
+        exact_step_times=True,
+        max_steps=None,
+        closed_loop=None,
+        prefix_cache=None,
+        prefilled_s=np.array([0.0, 0.0]),
+    )
+    assert run.preemptions == 1
+    # The first step writes each request's first token (emitted by the prefill pool).
+    assert timer.prefills == [(2, 202, 202.0), (113, 113, 6441.0)]
+
+
+def test_a_decode_pool_run_is_bounded_by_its_own_steps_not_by_prompts() -> None:
+    """100 prompts of 8,000 tokens and 2 output tokens: a decode pool never prefills the
+    prompts, so a run of 200 steps holds its 100 (the prefill pool's prompt steps are not its)."""
+    timer = _RecordingTimer()
+    trace = Trace.from_rows([(0.01 * i, 8000, 2) for i in range(100)])
+    pool = Pool(timer, 10_000_000, SchedulerConfig())
+    first = simulate_disaggregated(trace, pool, pool, kv_bytes_per_token=1e5)
+    again = simulate_disaggregated(
+        trace, pool, pool, kv_bytes_per_token=1e5, max_steps=200, prefill_run=first.prefill
+    )
+    assert again.served.steps == first.served.steps <= 200
+    # Without the prefill run, both runs share the 200 steps: the prefill pool's alone exceed it.
+    assert first.prefill.steps > 200
+    with pytest.raises(SimulationTooLong):
+        simulate_disaggregated(trace, pool, pool, kv_bytes_per_token=1e5, max_steps=200)

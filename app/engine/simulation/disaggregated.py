@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from app.engine.simulation.config import SchedulerConfig, StepTimer
+from app.engine.simulation.config import SchedulerConfig, SimulationTooLong, StepTimer
 from app.engine.simulation.loop import _run, simulate
 from app.engine.simulation.results import Percentiles, RequestTimes, SimulationResult
 from app.engine.simulation.stats import percentiles, summarise
@@ -165,6 +165,14 @@ def simulate_disaggregated(
         prompt_tokens=trace.prompt_tokens[index][order],
         output_tokens=trace.output_tokens[index][order],
     )
+    decode_max_steps = max_steps
+    if max_steps is not None and prefill_run is None:
+        # One budget for both pools' runs: the decode run gets what the prefill run left.
+        decode_max_steps = max_steps - prefill_result.steps
+        if decode_max_steps < 1:
+            raise SimulationTooLong(
+                max_steps, f"the prefill pool took all {max_steps:,} steps a run may take"
+            )
     run = _run(
         decode_trace,
         decode.timer,
@@ -174,7 +182,7 @@ def simulate_disaggregated(
         ttft_slo_ms=ttft_slo_ms,
         tpot_slo_ms=tpot_slo_ms,
         exact_step_times=False,
-        max_steps=max_steps,
+        max_steps=decode_max_steps,
         closed_loop=None,
         prefix_cache=None,
         prefilled_s=first_token_s[order],

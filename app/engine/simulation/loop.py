@@ -167,7 +167,9 @@ def _run(
             f"{kv_capacity_tokens} tokens of KV cache hold no request of the trace "
             f"(the smallest needs {int(peak_blocks.min()) * block_tokens})",
         )
-    if max_steps is not None:
+    if max_steps is not None and prefilled_s is None:
+        # (A decode pool prefills nothing: the bound's prompt steps are not its; the run's own
+        # step cap still applies.)
         needed = minimum_steps(trace, config, served=~rejected)
         if needed > max_steps:
             raise SimulationTooLong(
@@ -333,7 +335,7 @@ class _Run:
             # A decode pool: each request's prompt is in its KV and its first token is out.
             prefilled = self.prefilled_s
             generated = [1] * count
-            cached = prompt
+            cached = list(prompt)  # its own copy: a preempted request loses its prompt's KV
             last_token_s = list(prefilled)
             first_token_s[:] = prefilled
             is_rejected = list(is_rejected)
@@ -625,6 +627,10 @@ class _Run:
                     decode_context -= context
                     ticket_of[victim] = -1
                     generated[victim] = done
+                    if self.prefilled_s is not None:
+                        # Its prompt's blocks were freed with the rest: recomputed locally
+                        # like the tokens it generated, nothing found cached.
+                        cached[victim] = 0
                     if victim in fresh:
                         fresh.remove(victim)  # its latest token is the one its prefill emitted
                     else:
