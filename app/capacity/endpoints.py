@@ -13,7 +13,7 @@ from app.capacity import service as capacity
 from app.capacity.schemas import CapacityRequest, CapacityResponse
 from app.capacity.search import CapacityAnswer
 from app.catalog.spec_cache import NotCached, SpecCache
-from app.web.deps import HeavyWorkDep, SpecCacheDep
+from app.web.deps import HeavyWorkDep, OptionalApiKeyDep, SpecCacheDep
 from app.web.heavy import HeavyWork
 from app.web.negotiation import JSON, TEXT, preferred
 from app.web.schemas import problem_responses
@@ -96,6 +96,7 @@ async def capacity_route(
     cache: SpecCacheDep,
     heavy: HeavyWorkDep,
     request: Request,
+    key: OptionalApiKeyDep,
     accept: Annotated[
         str | None, Header(description="`text/plain` for Prometheus text instead of JSON.")
     ] = None,
@@ -111,7 +112,10 @@ async def capacity_route(
     if found is None:
         found = await _simulated(request, cache, heavy, store, resolved)
     answer = capacity.answer(resolved, found, cached=cached)
-    store.remember(answer)
+    if key is not None:
+        # What autoscalers scrape (`/v1/capacity/metrics`) is written by callers with a key
+        # only: anyone may ask, nobody anonymous may change a deployment's replica count.
+        store.remember(answer)
     if preferred(accept, (JSON, TEXT)) == TEXT:
         return Response(capacity.prometheus_text([answer]), media_type=PROMETHEUS)
     return Response(answer.model_dump_json(), media_type=JSON)

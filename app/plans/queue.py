@@ -42,6 +42,7 @@ from procrastinate.jobs import Job
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.catalog.invalidation import CatalogInvalidation, watch_catalog
 from app.catalog.orm import utcnow
 from app.catalog.spec_cache import SpecCache
 from app.db.notify import listens, postgres_conninfo
@@ -61,6 +62,7 @@ __all__ = [
     "plan_jobs",
     "procrastinate_owns",
     "run_worker",
+    "worker_catalog",
 ]
 
 _log = logging.getLogger("ridgeline.plans")
@@ -361,19 +363,31 @@ async def _stop(work: asyncio.Task[None]) -> None:
         _log.error("plan worker did not stop in %g s", WORKER_STOP_TIMEOUT_S)
 
 
+def worker_catalog(
+    sessions: sessionmaker[Session], settings: Settings
+) -> tuple[CatalogInvalidation, SpecCache]:
+    """A worker process's catalog specs, and what keeps them current: catalog writes made
+    through the API's processes reach it as they reach every replica (NOTIFY at commit, on
+    PostgreSQL, while `listening`), so a plan reads the specs and prices of now."""
+    cache = SpecCache(sessions, settings.catalog_cache_ttl_s)
+    return watch_catalog(sessions, settings.database_url, cache), cache
+
+
 async def run_worker(settings: Settings, heavy: HeavyWork, limits: WorkerLimits) -> None:
     """`ridgeline worker`: run plans from `settings.database_url` until SIGTERM or SIGINT, then
     put the plans running here back in the queue."""
     engine = make_engine(settings.database_url)
     sessions = make_session_factory(engine)
-    cache = SpecCache(sessions, settings.catalog_cache_ttl_s)
-    cache.watch(sessions)
+    invalidation, cache = worker_catalog(sessions, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
-        async with plan_jobs(settings, sessions, cache, heavy, limits) as jobs:
+        async with (
+            invalidation.listening(settings.database_url),
+            plan_jobs(settings, sessions, cache, heavy, limits) as jobs,
+        ):
             assert jobs.runner is not None  # concurrency is at least 1
             _log.info("plan worker %s started", jobs.runner.name)
             await stop.wait()

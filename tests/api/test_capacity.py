@@ -153,9 +153,13 @@ def test_repeats_come_from_the_cache_and_prometheus_text_agrees(client: TestClie
         first["predicted"]["ttft_p99_ms"] / 1000, rel=1e-12
     )
     assert series["ridgeline_capacity_replicas"] == first["replicas"]
+    # Asked without an API key: answered, but what autoscalers scrape is left as it was.
+    assert 'deployment="chat"' not in client.get("/v1/capacity/metrics").text
+    keyed = client.post("/v1/capacity", json=CAPACITY | {"name": "chat"}, headers=AUTH)
+    assert keyed.status_code == 200, keyed.text
     scraped = client.get("/v1/capacity/metrics").text
     assert 'ridgeline_capacity_requests_per_second{deployment="chat"' in scraped
-    assert 'deployment="llama-3-8b.h100-sxm5-80gb.tp1"' in scraped
+    assert 'deployment="llama-3-8b.h100-sxm5-80gb.tp1"' not in scraped  # asked without a key
 
 
 @pytest.mark.parametrize(

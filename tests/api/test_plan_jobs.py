@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
+from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from procrastinate.exceptions import ConnectorException
@@ -23,6 +25,7 @@ from app.db.session import make_engine, make_session_factory
 from app.engine.planning.progress import PlanCancelled
 from app.main import create_app
 from app.plans.jobs import ProgressTarget, StoredProgress
+from app.plans.queue import worker_catalog
 from app.plans.repository import PlanRepository, PlanRow, PlanStatus
 from app.plans.schemas import PlanRequest
 from app.settings import Settings
@@ -453,3 +456,40 @@ def test_a_plan_left_without_a_job_is_deferred_and_planned(
         done = poll(client, f"/v1/plans/{'d' * 32}", lambda a: a["status"] == "done", 60)[-1]
     assert done["plans"][0]["replicas"] == 2  # the hand-checked case (test_plans.py)
     assert plan_jobs_of(postgres_url, "d" * 32) == [("succeeded", 1)]
+
+
+@pytest.mark.postgres
+def test_a_worker_process_sees_catalog_writes_made_through_the_api(
+    postgres_client: TestClient, postgres_url: str
+) -> None:
+    """A `ridgeline worker` plans with the catalog of now: a price PATCHed through an API
+    process reaches the worker's specs by NOTIFY within a second, however long they are
+    cached (300 s here)."""
+    engine = make_engine(postgres_url)
+    sessions = make_session_factory(engine)
+    settings = Settings(database_url=postgres_url, catalog_cache_ttl_s=300)
+    invalidation, cache = worker_catalog(sessions, settings)
+
+    async def patch_and_watch() -> tuple[float | None, float | None]:
+        async with invalidation.listening(postgres_url):
+            before = cache.gpu("h100-sxm5-80gb").price_per_gpu_hour_usd
+            patched = await to_thread.run_sync(
+                lambda: postgres_client.patch(
+                    "/v1/gpus/h100-sxm5-80gb",
+                    json={"price_per_gpu_hour_usd": 99.0},
+                    headers=AUTH,
+                )
+            )
+            assert patched.status_code == 200, patched.text
+            deadline = time.monotonic() + 1.0
+            while cache.gpu("h100-sxm5-80gb").price_per_gpu_hour_usd != 99.0:
+                assert time.monotonic() < deadline, "the worker's cache kept the old price"
+                await anyio.sleep(0.01)
+            return before, cache.gpu("h100-sxm5-80gb").price_per_gpu_hour_usd
+
+    try:
+        before, after = anyio.run(patch_and_watch)
+    finally:
+        engine.dispose()
+    assert before != 99.0
+    assert after == 99.0
