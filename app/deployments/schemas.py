@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from app.plans.schemas import LayoutRead
+
 __all__ = [
     "ArgumentSource",
     "DeploymentRead",
@@ -40,17 +42,9 @@ class ArgumentSource(BaseModel):
     url: str = Field(description="Where it was read (a commit of the engine's repository).")
 
 
-class PlannedLayout(BaseModel):
+class PlannedLayout(LayoutRead):
     """The candidate rendered, as the plan has it (per replica)."""
 
-    gpu: str = Field(description="Catalog GPU id.")
-    tp: int = Field(description="Tensor-parallel degree.")
-    pp: int = Field(description="Pipeline stages.")
-    dp: int = Field(description="Attention data-parallel ranks (each of tp GPUs).")
-    ep: int = Field(description="Expert-parallel degree (1: experts sliced by tensor).")
-    gpus_per_replica: int = Field(description="tp x dp x pp.")
-    weight_dtype: str = Field(description="Weight format.")
-    kv_dtype: str = Field(description="KV-cache format.")
     max_num_seqs: int | None = Field(description="Sequences per data-parallel rank (null: any).")
     chunk_tokens: int | None = Field(description="Prefill chunk, tokens (null: any).")
     replicas: int = Field(description="Replicas the plan sized.")

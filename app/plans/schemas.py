@@ -31,6 +31,7 @@ __all__ = [
     "BucketLatency",
     "CandidateRead",
     "DisaggregatedRead",
+    "LayoutRead",
     "NotPlannedExample",
     "NotPlannedGroup",
     "PlanAnswer",
@@ -315,8 +316,9 @@ class PredictedRead(BaseModel):
     saturated: bool = Field(description="Whether the replica's queue grows without bound.")
 
 
-class CandidateRead(BaseModel):
-    """One candidate deployment and its verdict. Rates are per replica."""
+class LayoutRead(BaseModel):
+    """A replica's GPU, layout and formats, as a plan's candidates (and what renders them) name
+    them."""
 
     gpu: str = Field(description="Catalog GPU id.")
     tp: int = Field(description="Tensor-parallel degree.")
@@ -326,6 +328,11 @@ class CandidateRead(BaseModel):
     gpus_per_replica: int = Field(description="tp x dp x pp.")
     weight_dtype: str = Field(description="Weight format.")
     kv_dtype: str = Field(description="KV-cache format.")
+
+
+class CandidateRead(LayoutRead):
+    """One candidate deployment and its verdict. Rates are per replica."""
+
     max_num_seqs: int | None = Field(
         description="Scheduler's max_num_seqs, per data-parallel rank (null: any)."
     )
