@@ -31,6 +31,7 @@ from app.serving_runs import endpoints as serving_runs
 from app.settings import Settings, get_settings
 from app.simulations import endpoints as simulations
 from app.web import health
+from app.web.dispatch import install_static_dispatch
 from app.web.docs_ui import install_docs
 from app.web.heavy import HeavyWork, HeavyWorkLimits
 from app.web.memo import ResponseMemo
@@ -130,27 +131,35 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         lifespan=lifespan,
         docs_url=None,  # served from the package's own assets: app.web.docs_ui
         redoc_url=None,
+        telemetry=None
+        if settings.opentelemetry
+        else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.heavy_work = heavy
     app.state.metrics = HttpMetrics(heavy)
     install_problem_handlers(app)
     # Routes are matched in order: probes, then the scheduler's hot path (estimates; repeated
-    # catalog reads are answered before routing).
-    app.include_router(health.router)
-    app.include_router(estimates.router)
-    app.include_router(catalog.gpu_router)
-    app.include_router(catalog.model_router)
-    app.include_router(runs.run_router)
-    app.include_router(runs.calibration_router)
-    app.include_router(simulations.router)
-    app.include_router(plans.router)
-    app.include_router(deployments.router)
-    app.include_router(capacity.router)
-    app.include_router(profiles.router)
-    app.include_router(serving_runs.router)
+    # catalog reads are answered before routing). Paths without parameters are then looked up
+    # by one dict (app.web.dispatch).
+    for router in (
+        health.router,
+        estimates.router,
+        catalog.gpu_router,
+        catalog.model_router,
+        runs.run_router,
+        runs.calibration_router,
+        simulations.router,
+        plans.router,
+        deployments.router,
+        capacity.router,
+        profiles.router,
+        serving_runs.router,
+    ):
+        app.include_router(router)
     install_docs(app)
     install_openapi(app)
+    install_static_dispatch(app)
     app.add_middleware(
         ObservabilityMiddleware,
         metrics=app.state.metrics,

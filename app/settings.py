@@ -65,6 +65,14 @@ class Settings(BaseSettings):
         le=256,
         description="Threads for blocking work (database reads and writes, plans) per process.",
     )
+    opentelemetry: bool = Field(
+        default=False,
+        description=(
+            "FastAPI's own OpenTelemetry spans, metrics and logs, sent to the providers the "
+            "process configures. Off: Ridgeline's Prometheus metrics and JSON access log cover "
+            "every request, and checking for providers costs each request ~8 µs."
+        ),
+    )
     load_catalog_on_start: bool = Field(
         default=False, description="Load the bundled catalog when the app starts (make run does)."
     )
