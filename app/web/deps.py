@@ -336,11 +336,12 @@ async def memoized_answer(
     answer = None
     key = None
     if generations is not None:
-        key = (request.scope["path"], body.model_dump_json(), generations)
-        hit = memo.get(key)
-        if hit is not None:
-            await _remember_raw(request, memo, refs, generations, hit)
-            return Response(hit, media_type="application/json")
+        if memo.enabled:
+            key = (request.scope["path"], body.model_dump_json(), generations)
+            hit = memo.get(key)
+            if hit is not None:
+                await _remember_raw(request, memo, refs, generations, hit)
+                return Response(hit, media_type="application/json")
         try:
             with cache.cached_only():
                 answer = produce()

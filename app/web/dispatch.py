@@ -13,7 +13,7 @@ redirects) takes FastAPI's routing unchanged.
 
 The table reads FastAPI's routing internals. When they are not as this module knows them (a
 FastAPI release that renamed them), the table is empty and a warning is logged once: requests
-are routed by FastAPI, as correct as ever and only slower; `tests/web/test_dispatch.py` fails
+are routed by FastAPI, as correct as ever and only slower; `tests/api/test_dispatch.py` fails
 then, so an upgrade does not lose the fast path unnoticed.
 """
 
