@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from app.engine.counting import kv_slots
-from app.engine.estimates import deployment_warnings
+from app.engine.estimates import default_memory_plan, deployment_warnings
 from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -31,6 +31,12 @@ from app.engine.units import GB, MS_PER_S
 __all__ = ["BatchCeiling", "estimate_batch_ceiling", "ridge_batch"]
 
 _RIDGE_SEARCH_LIMIT = 1 << 24  # batches beyond 16M sequences are not a deployment
+_DEFAULT_SIZES = (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+)
+"""`memory_plan`'s defaults: the plan a cost model keeps (`default_memory_plan`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,7 @@ class BatchCeiling:
 
 def _decode_gap_s(cost: StepCostModel, batch: int, context_tokens: int) -> float:
     """Compute time minus memory time of a decode step: >= 0 when it is compute-bound."""
-    step = cost.breakdown(decode_load(batch, context_tokens))
+    step = cost.time_totals(decode_load(batch, context_tokens))
     return step.compute_s - step.memory_s
 
 
@@ -106,14 +112,17 @@ def estimate_batch_ceiling(
     positive("context_tokens", context_tokens)
     within_context(cost.model, "context_tokens", context_tokens)
     model, deployment = cost.model, cost.deployment
-    plan = memory_plan(
-        model,
-        cost.gpu,
-        deployment,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-    )
+    if (gpu_memory_utilization, max_num_batched_tokens, max_num_seqs) == _DEFAULT_SIZES:
+        plan = default_memory_plan(cost)
+    else:
+        plan = memory_plan(
+            model,
+            cost.gpu,
+            deployment,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+        )
     kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
     per_sequence = kv_slots(model, context_tokens, block_tokens) * plan.kv_bytes_per_token
     by_memory = max(0, math.floor(plan.kv_pool_bytes / per_sequence))

@@ -256,7 +256,14 @@ def recommend_chunk_size(
         "one step that would stall every decode"
     )
     bounds = sorted({min(b, limit) for b in (*_BUCKET_BOUNDS_TOKENS, limit)})
-    buckets = tuple(LengthBucket(b, _nice_ceiling(chunked_s(b) * MS_PER_S)) for b in bounds)
+    # The long prompt's own bucket (often the context limit) is already timed.
+    buckets = tuple(
+        LengthBucket(
+            b,
+            _nice_ceiling((chunked_long_s if b == long_prompt_tokens else chunked_s(b)) * MS_PER_S),
+        )
+        for b in bounds
+    )
     if short_ttft_slo_ms is not None:
         slo_s = short_ttft_slo_ms / MS_PER_S
         route_above = _last_within(limit, chunked_s, slo_s)

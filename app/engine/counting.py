@@ -31,6 +31,7 @@ from app.engine.step_load import StepLoad
 
 __all__ = [
     "LOGIT_BYTES",
+    "CountTotals",
     "OpClass",
     "OpCoefficients",
     "OpCount",
@@ -38,6 +39,7 @@ __all__ = [
     "attention_dtype_for",
     "bounded_by_window",
     "count_step",
+    "count_totals",
     "expected_distinct_experts",
     "kv_bytes_per_token",
     "kv_heads_per_gpu",
@@ -606,6 +608,64 @@ class StepCount:
         return self.flops / self.bytes if self.bytes > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class CountTotals:
+    """A step's counts summed by kind, whole deployment: what an estimate reports, without the
+    per-op-class records (`count_totals`: the same floats as `count_step`'s `StepCount`)."""
+
+    flops: float
+    linear_flops: float
+    """QKV, O, FFN, router and expert FLOPs."""
+    router_flops: float
+    """The MoE router's share of `linear_flops` (it computes in the activation format)."""
+    attention_flops: float
+    lm_head_flops: float
+    weight_bytes: float
+    kv_bytes: float
+    """KV-cache bytes read and written."""
+    activation_bytes: float
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte moved to or from memory."""
+        moved = self.bytes
+        return self.flops / moved if moved > 0 else 0.0
+
+
+_OpRow = tuple[OpClass, float, float, float, float, float]
+"""An `OpCount`'s fields in order as a plain tuple: the estimates sum these without building
+the records (a frozen dataclass costs a microsecond to build)."""
+
+
+def _totals(rows: tuple[_OpRow, ...]) -> CountTotals:
+    """`_op_rows`' rows summed by kind: the same floats as `StepCount`'s properties, which
+    sum its ops in this order (the zeros they add change nothing)."""
+    qkv, o, ffn, router, experts, prefill, decode, lm_head = rows
+    linear = qkv[1] + o[1] + ffn[1] + router[1] + experts[1]
+    return CountTotals(
+        flops=linear + prefill[1] + decode[1] + lm_head[1],
+        linear_flops=linear,
+        router_flops=router[1],
+        attention_flops=prefill[1] + decode[1],
+        lm_head_flops=lm_head[1],
+        # Attention reads no weights; only attention touches the KV cache.
+        weight_bytes=qkv[2] + o[2] + ffn[2] + router[2] + experts[2] + lm_head[2],
+        kv_bytes=(prefill[3] + prefill[4]) + (decode[3] + decode[4]),
+        activation_bytes=qkv[5]
+        + o[5]
+        + ffn[5]
+        + router[5]
+        + experts[5]
+        + prefill[5]
+        + decode[5]
+        + lm_head[5],
+    )
+
+
 def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) -> StepCount:
     """Counts of `load`, whole deployment (per-GPU work times tp).
 
@@ -613,10 +673,28 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
     each (the full chunks of a chunked prefill): FLOPs, KV and activation bytes add up, and the
     weights are read once per step.
     """
+    return StepCount(tuple(OpCount(*row) for row in _op_rows(coefficients, load, steps)))
+
+
+def count_totals(
+    coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1, then: StepLoad | None = None
+) -> CountTotals:
+    """`count_step(coefficients, load, steps=steps)` summed by kind, plus the counts of one more
+    step `then` when given (a chunked prefill's remainder chunk), op class by op class."""
+    rows = _op_rows(coefficients, load, steps)
+    if then is not None:
+        rows = tuple(
+            (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4], a[5] + b[5])
+            for a, b in zip(rows, _op_rows(coefficients, then, 1), strict=True)
+        )
+    return _totals(rows)
+
+
+def _op_rows(c: OpCoefficients, load: StepLoad, steps: int) -> tuple[_OpRow, ...]:
+    """`count_step`'s op counts as `_OpRow`s, in `OpClass` order."""
     if steps < 1:
         raise SpecError("steps", f"must be at least 1, got {steps}")
-    c = coefficients
-    tokens = float(load.tokens)
+    tokens = float(load.prefill_tokens + load.decode_seqs)
     sequences = float(load.prefill_chunks + load.decode_seqs)
     reads = float(steps) if tokens > 0 else 0.0
     tokens_per_step = tokens / steps
@@ -628,66 +706,80 @@ def count_step(coefficients: OpCoefficients, load: StepLoad, *, steps: int = 1) 
     )
     # Whole deployment: the per-GPU work (coefficients times the load) times tp.
     scale = float(c.tp)
+    shards = c.expert_shards
     pairs, kv_tokens, context = window_bounded(c, load)
     attended = kv_tokens  # the cached prefix and the chunk itself
-    return StepCount(
+    prefill_tokens, decode_seqs = load.prefill_tokens, load.decode_seqs
+    kv_per_token = c.kv_bytes_per_token
+    # Each row: op class, FLOPs, weight bytes, KV bytes read, KV bytes written, activation bytes.
+    return (
         (
-            OpCount(
-                OpClass.QKV_PROJ,
-                flops=tokens * c.qkv_flops_per_token * scale,
-                weight_bytes=reads * c.qkv_weight_bytes * scale,
-                activation_bytes=tokens * c.qkv_activation_bytes_per_token * scale,
-            ),
-            OpCount(
-                OpClass.O_PROJ,
-                flops=tokens * c.o_flops_per_token * scale,
-                weight_bytes=reads * c.o_weight_bytes * scale,
-                activation_bytes=tokens * c.o_activation_bytes_per_token * scale,
-            ),
-            OpCount(
-                OpClass.FFN,
-                flops=tokens * c.ffn_flops_per_token * scale,
-                weight_bytes=reads * c.ffn_weight_bytes * scale,
-                activation_bytes=tokens * c.ffn_activation_bytes_per_token * scale,
-            ),
-            OpCount(
-                OpClass.MOE_ROUTER,
-                flops=tokens * c.router_flops_per_token * scale,
-                weight_bytes=reads * c.router_weight_bytes * scale,
-                activation_bytes=tokens * c.router_activation_bytes_per_token * scale,
-            ),
-            OpCount(
-                OpClass.MOE_EXPERTS,
-                flops=tokens * c.expert_flops_per_token * c.expert_shards,
-                weight_bytes=expert_weights * c.expert_shards,
-                activation_bytes=tokens * c.expert_activation_bytes_per_token * c.expert_shards,
-            ),
-            OpCount(
-                OpClass.PREFILL_ATTENTION,
-                flops=(
-                    pairs * c.attention_flops_per_pair + attended * c.prefill_expand_flops_per_token
-                )
-                * scale,
-                kv_read_bytes=kv_tokens * c.kv_bytes_per_token * scale,
-                kv_write_bytes=load.prefill_tokens * c.kv_bytes_per_token * scale,
-                activation_bytes=load.prefill_tokens * c.attention_qo_bytes_per_token * scale,
-            ),
-            OpCount(
-                OpClass.DECODE_ATTENTION,
-                flops=(
-                    context * c.decode_attention_flops_per_token
-                    + load.decode_seqs * c.decode_absorb_flops_per_sequence
-                )
-                * scale,
-                kv_read_bytes=context * c.kv_bytes_per_token * scale,
-                kv_write_bytes=load.decode_seqs * c.kv_bytes_per_token * scale,
-                activation_bytes=load.decode_seqs * c.decode_qo_bytes_per_sequence * scale,
-            ),
-            OpCount(
-                OpClass.LM_HEAD,
-                flops=sequences * c.lm_head_flops_per_sequence * scale,
-                weight_bytes=(reads if sequences > 0 else 0.0) * c.lm_head_weight_bytes * scale,
-                activation_bytes=sequences * c.lm_head_activation_bytes_per_sequence * scale,
-            ),
-        )
+            OpClass.QKV_PROJ,
+            tokens * c.qkv_flops_per_token * scale,
+            reads * c.qkv_weight_bytes * scale,
+            0.0,
+            0.0,
+            tokens * c.qkv_activation_bytes_per_token * scale,
+        ),
+        (
+            OpClass.O_PROJ,
+            tokens * c.o_flops_per_token * scale,
+            reads * c.o_weight_bytes * scale,
+            0.0,
+            0.0,
+            tokens * c.o_activation_bytes_per_token * scale,
+        ),
+        (
+            OpClass.FFN,
+            tokens * c.ffn_flops_per_token * scale,
+            reads * c.ffn_weight_bytes * scale,
+            0.0,
+            0.0,
+            tokens * c.ffn_activation_bytes_per_token * scale,
+        ),
+        (
+            OpClass.MOE_ROUTER,
+            tokens * c.router_flops_per_token * scale,
+            reads * c.router_weight_bytes * scale,
+            0.0,
+            0.0,
+            tokens * c.router_activation_bytes_per_token * scale,
+        ),
+        (
+            OpClass.MOE_EXPERTS,
+            tokens * c.expert_flops_per_token * shards,
+            expert_weights * shards,
+            0.0,
+            0.0,
+            tokens * c.expert_activation_bytes_per_token * shards,
+        ),
+        (
+            OpClass.PREFILL_ATTENTION,
+            (pairs * c.attention_flops_per_pair + attended * c.prefill_expand_flops_per_token)
+            * scale,
+            0.0,
+            kv_tokens * kv_per_token * scale,
+            prefill_tokens * kv_per_token * scale,
+            prefill_tokens * c.attention_qo_bytes_per_token * scale,
+        ),
+        (
+            OpClass.DECODE_ATTENTION,
+            (
+                context * c.decode_attention_flops_per_token
+                + decode_seqs * c.decode_absorb_flops_per_sequence
+            )
+            * scale,
+            0.0,
+            context * kv_per_token * scale,
+            decode_seqs * kv_per_token * scale,
+            decode_seqs * c.decode_qo_bytes_per_sequence * scale,
+        ),
+        (
+            OpClass.LM_HEAD,
+            sequences * c.lm_head_flops_per_sequence * scale,
+            (reads if sequences > 0 else 0.0) * c.lm_head_weight_bytes * scale,
+            0.0,
+            0.0,
+            sequences * c.lm_head_activation_bytes_per_sequence * scale,
+        ),
     )

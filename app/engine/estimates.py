@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.engine.counting import OpCount, StepCount, kv_slots, op_coefficients, pairs_for_chunk
-from app.engine.memory import DEFAULT_BLOCK_TOKENS, memory_plan, weight_fit_warnings
+from app.engine.counting import CountTotals, kv_slots, op_coefficients, pairs_for_chunk
+from app.engine.memory import DEFAULT_BLOCK_TOKENS, MemoryPlan, memory_plan, weight_fit_warnings
 from app.engine.specs import SpecError, positive, within_context
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
@@ -31,6 +31,7 @@ __all__ = [
     "PrefillEstimate",
     "RequestEstimate",
     "crossover_tokens",
+    "default_memory_plan",
     "deployment_warnings",
     "estimate_decode",
     "estimate_prefill",
@@ -68,28 +69,18 @@ class BytesBreakdown:
         return self.weights + self.kv_cache + self.activations
 
 
-def _flops(counts: StepCount) -> FlopsBreakdown:
+def _flops(counts: CountTotals) -> FlopsBreakdown:
     return FlopsBreakdown(counts.linear_flops, counts.attention_flops, counts.lm_head_flops)
 
 
-def _bytes(counts: StepCount) -> BytesBreakdown:
+def _bytes(counts: CountTotals) -> BytesBreakdown:
     return BytesBreakdown(counts.weight_bytes, counts.kv_bytes, counts.activation_bytes)
 
 
-def _add(a: StepCount, b: StepCount) -> StepCount:
-    return StepCount(
-        tuple(
-            OpCount(
-                x.op_class,
-                flops=x.flops + y.flops,
-                weight_bytes=x.weight_bytes + y.weight_bytes,
-                kv_read_bytes=x.kv_read_bytes + y.kv_read_bytes,
-                kv_write_bytes=x.kv_write_bytes + y.kv_write_bytes,
-                activation_bytes=x.activation_bytes + y.activation_bytes,
-            )
-            for x, y in zip(a.ops, b.ops, strict=True)
-        )
-    )
+def default_memory_plan(cost: StepCostModel) -> MemoryPlan:
+    """`memory_plan` of the cost model's model, GPU and deployment at the default utilisation
+    and reserve sizes, worked out once per cost model (`StepCostModel.derived`)."""
+    return cost.derived("memory_plan", lambda: memory_plan(cost.model, cost.gpu, cost.deployment))
 
 
 def deployment_warnings(cost: StepCostModel) -> list[str]:
@@ -134,7 +125,13 @@ def _deployment_warnings(cost: StepCostModel) -> list[str]:
 def crossover_tokens(cost: StepCostModel, *, causal: bool = True) -> int:
     """Prompt length at which attention FLOPs equal linear FLOPs (article A: 6d for MHA with a
     4d MLP, non-causal). Non-causal a*n^2 = l*n gives n = l/a; causal a*n(n+1)/2 = l*n gives
-    n = 2l/a - 1, with l the linear FLOPs per token and a the attention FLOPs per pair."""
+    n = 2l/a - 1, with l the linear FLOPs per token and a the attention FLOPs per pair. Worked
+    out once per cost model (`StepCostModel.derived`)."""
+    name = "crossover_tokens" if causal else "crossover_tokens_non_causal"
+    return cost.derived(name, lambda: _crossover_tokens(cost, causal=causal))
+
+
+def _crossover_tokens(cost: StepCostModel, *, causal: bool) -> int:
     # The model's own ratio (tp 1): replicated KV projections beyond tp > K are not the model's.
     c = cost.coefficients
     if c.tp != 1:
@@ -150,30 +147,37 @@ def _chunked_loads(
     cached_tokens: int,
     *,
     causal: bool,
-    decode: StepLoad,
+    decode_seqs: int,
+    decode_context_tokens: int,
 ) -> tuple[StepLoad, StepLoad, int, StepLoad | None]:
     """(first full chunk, per-chunk increment, number of full chunks, remainder chunk), each
-    beside `decode`, whose contexts grow by one token per step."""
+    beside `decode_seqs` decodes attending over `decode_context_tokens` in all at the first
+    step, whose contexts grow by one token per step."""
     full, rest = divmod(new_tokens, chunk_tokens)
-    seqs = decode.decode_seqs
-    first = decode + prefill_load(
-        chunk_tokens, batch_size=batch_size, cached_tokens=cached_tokens, causal=causal
+    first = prefill_load(
+        chunk_tokens,
+        batch_size=batch_size,
+        cached_tokens=cached_tokens,
+        causal=causal,
+        decode_seqs=decode_seqs,
+        decode_context_tokens=decode_context_tokens,
     )
     # Each later chunk sits chunk_tokens deeper: chunk^2 more pairs, chunk more KV tokens.
     step = StepLoad(
         prefill_attention_pairs=float(batch_size * chunk_tokens * chunk_tokens),
         prefill_kv_tokens=batch_size * chunk_tokens,
-        decode_context_tokens=seqs,
+        decode_context_tokens=decode_seqs,
     )
     remainder = None
     if rest:
-        cached = cached_tokens + full * chunk_tokens
         # The decodes, `full` steps on: each context `full` tokens longer.
-        later = StepLoad(
-            decode_seqs=seqs, decode_context_tokens=decode.decode_context_tokens + full * seqs
-        )
-        remainder = later + prefill_load(
-            rest, batch_size=batch_size, cached_tokens=cached, causal=causal
+        remainder = prefill_load(
+            rest,
+            batch_size=batch_size,
+            cached_tokens=cached_tokens + full * chunk_tokens,
+            causal=causal,
+            decode_seqs=decode_seqs,
+            decode_context_tokens=decode_context_tokens + full * decode_seqs,
         )
     return first, step, full, remainder
 
@@ -189,18 +193,30 @@ def prefill_seconds(
     decode: StepLoad | None = None,
 ) -> tuple[float, int]:
     """(seconds, steps) to prefill `batch_size` prompts, in chunks when `chunk_tokens` is set,
-    optionally beside a running decode batch whose contexts grow by one token per step; the
-    seconds include the engine's per-request overhead (`request_overhead_s`)."""
+    optionally beside a running decode batch (`decode`'s decode fields) whose contexts grow by
+    one token per step; the seconds include the engine's per-request overhead
+    (`request_overhead_s`)."""
     new = prompt_tokens - cached_prefix_tokens
-    decode = decode or StepLoad()
+    seqs, context = (0, 0) if decode is None else (decode.decode_seqs, decode.decode_context_tokens)
     if chunk_tokens is None or chunk_tokens >= new:
         # One step: the whole prompt beside the decodes.
         whole = prefill_load(
-            new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
+            new,
+            batch_size=batch_size,
+            cached_tokens=cached_prefix_tokens,
+            causal=causal,
+            decode_seqs=seqs,
+            decode_context_tokens=context,
         )
-        return cost.seconds(decode + whole) + cost.request_overhead_s, 1
+        return cost.seconds(whole) + cost.request_overhead_s, 1
     first, step, full, remainder = _chunked_loads(
-        new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=decode
+        new,
+        chunk_tokens,
+        batch_size,
+        cached_prefix_tokens,
+        causal=causal,
+        decode_seqs=seqs,
+        decode_context_tokens=context,
     )
     seconds = cost.sum_seconds(first, step, full) + cost.request_overhead_s
     if remainder is not None:
@@ -240,16 +256,7 @@ def estimate_prefill(
     causal: bool = True,
 ) -> PrefillEstimate:
     """TTFT: one forward step over the new tokens, or the sum of the chunked steps."""
-    positive("prompt_tokens", prompt_tokens)
-    positive("batch_size", batch_size)
-    within_context(cost.model, "prompt_tokens", prompt_tokens)
-    if not 0 <= cached_prefix_tokens < prompt_tokens:
-        raise SpecError(
-            "cached_prefix_tokens",
-            f"must be in [0, prompt_tokens) = [0, {prompt_tokens}), got {cached_prefix_tokens}",
-        )
-    if chunk_tokens is not None:
-        positive("chunk_tokens", chunk_tokens)
+    _check_prefill(cost, prompt_tokens, batch_size, cached_prefix_tokens, chunk_tokens)
     seconds, steps = prefill_seconds(
         cost,
         prompt_tokens,
@@ -260,14 +267,20 @@ def estimate_prefill(
     )
     new = prompt_tokens - cached_prefix_tokens
     if chunk_tokens is None or chunk_tokens >= new:
-        counts = cost.count(
+        counts = cost.count_totals(
             prefill_load(
                 new, batch_size=batch_size, cached_tokens=cached_prefix_tokens, causal=causal
             )
         )
     else:
         first, step, full, remainder = _chunked_loads(
-            new, chunk_tokens, batch_size, cached_prefix_tokens, causal=causal, decode=StepLoad()
+            new,
+            chunk_tokens,
+            batch_size,
+            cached_prefix_tokens,
+            causal=causal,
+            decode_seqs=0,
+            decode_context_tokens=0,
         )
         triangle = full * (full - 1) // 2  # sum of j for j < full
         total = StepLoad(
@@ -277,16 +290,9 @@ def estimate_prefill(
             + triangle * step.prefill_attention_pairs,
             prefill_kv_tokens=full * first.prefill_kv_tokens + triangle * step.prefill_kv_tokens,
         )
-        counts = cost.count(total, steps=full)
-        if remainder is not None:
-            counts = _add(counts, cost.count(remainder))
+        counts = cost.count_totals(total, steps=full, then=remainder)
     crossover = crossover_tokens(cost, causal=causal)
-    warnings = deployment_warnings(cost)
-    if prompt_tokens > crossover:
-        warnings.append(
-            f"{prompt_tokens} tokens is past the {crossover}-token crossover: attention is most "
-            "of the work and TTFT grows about quadratically with the prompt"
-        )
+    warnings = _prefill_warnings(cost, prompt_tokens, crossover)
     flops = _flops(counts)
     return PrefillEstimate(
         ttft_ms=seconds * MS_PER_S,
@@ -304,6 +310,37 @@ def estimate_prefill(
         causal=causal,
         warnings=tuple(warnings),
     )
+
+
+def _check_prefill(
+    cost: StepCostModel,
+    prompt_tokens: int,
+    batch_size: int,
+    cached_prefix_tokens: int,
+    chunk_tokens: int | None,
+) -> None:
+    """`SpecError` naming the first impossible input of `estimate_prefill`."""
+    positive("prompt_tokens", prompt_tokens)
+    positive("batch_size", batch_size)
+    within_context(cost.model, "prompt_tokens", prompt_tokens)
+    if not 0 <= cached_prefix_tokens < prompt_tokens:
+        raise SpecError(
+            "cached_prefix_tokens",
+            f"must be in [0, prompt_tokens) = [0, {prompt_tokens}), got {cached_prefix_tokens}",
+        )
+    if chunk_tokens is not None:
+        positive("chunk_tokens", chunk_tokens)
+
+
+def _prefill_warnings(cost: StepCostModel, prompt_tokens: int, crossover: int) -> list[str]:
+    """`estimate_prefill`'s warnings: the deployment's, and a prompt past the crossover."""
+    warnings = deployment_warnings(cost)
+    if prompt_tokens > crossover:
+        warnings.append(
+            f"{prompt_tokens} tokens is past the {crossover}-token crossover: attention is most "
+            "of the work and TTFT grows about quadratically with the prompt"
+        )
+    return warnings
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,12 +426,12 @@ def estimate_decode(cost: StepCostModel, *, batch_size: int, context_tokens: int
     positive("context_tokens", context_tokens)
     within_context(cost.model, "context_tokens", context_tokens)
     load = decode_load(batch_size, context_tokens)
-    step = cost.breakdown(load)
-    counts = cost.count(load)
+    step = cost.time_totals(load)
+    counts = cost.count_totals(load)
     seconds = step.total_s
     peak = cost.peak_flops_per_s * cost.deployment.tp
     warnings = deployment_warnings(cost)
-    plan = cost.derived("memory_plan", lambda: memory_plan(cost.model, cost.gpu, cost.deployment))
+    plan = default_memory_plan(cost)
     needed = batch_size * (
         kv_slots(cost.model, context_tokens, DEFAULT_BLOCK_TOKENS) * plan.kv_bytes_per_token
     )
@@ -443,16 +480,20 @@ def estimate_request(
     chunk_tokens: int | None = None,
     causal: bool = True,
 ) -> RequestEstimate:
-    """TTFT, mean TPOT and end-to-end latency of `batch_size` identical requests."""
+    """TTFT, mean TPOT and end-to-end latency of `batch_size` identical requests: the TTFT
+    and warnings of `estimate_prefill` (without its counts, which a request does not report)."""
     positive("output_tokens", output_tokens)
-    prefill = estimate_prefill(
+    _check_prefill(cost, prompt_tokens, batch_size, cached_prefix_tokens, chunk_tokens)
+    prefill_s, _ = prefill_seconds(
         cost,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens,
         batch_size=batch_size,
         cached_prefix_tokens=cached_prefix_tokens,
         chunk_tokens=chunk_tokens,
         causal=causal,
     )
+    ttft_ms = prefill_s * MS_PER_S
+    warnings = _prefill_warnings(cost, prompt_tokens, crossover_tokens(cost, causal=causal))
     last_context = prompt_tokens + output_tokens - 1
     if last_context > cost.model.max_context_tokens:
         raise SpecError(
@@ -468,11 +509,11 @@ def estimate_request(
     )
     tpot_ms = total_s / output_tokens * MS_PER_S
     return RequestEstimate(
-        ttft_ms=prefill.ttft_ms,
+        ttft_ms=ttft_ms,
         tpot_ms=tpot_ms,
-        e2e_ms=prefill.ttft_ms + (output_tokens - 1) * tpot_ms,
+        e2e_ms=ttft_ms + (output_tokens - 1) * tpot_ms,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         batch_size=batch_size,
-        warnings=prefill.warnings,
+        warnings=tuple(warnings),
     )

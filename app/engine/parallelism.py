@@ -19,6 +19,7 @@ from app.engine.memory import (
     DEFAULT_BLOCK_TOKENS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    MemoryPlan,
     kv_tokens_per_sequence,
     memory_plan,
     weight_bytes_per_gpu,
@@ -148,22 +149,27 @@ def _candidate(
     tpot_slo_ms: float | None,
     gpu_memory_utilization: float,
     max_num_batched_tokens: int,
+    kept: StepCostModel | None,
 ) -> TpCandidate:
     """One TP degree. What does not depend on tp comes in: `params` (`count_params(model)`),
     the `prefill` and `decode` steps whose times are TTFT and TPOT, and `kv_tokens`, the
-    cache slots one sequence of `context_tokens` takes (`kv_tokens_per_sequence`)."""
+    cache slots one sequence of `context_tokens` takes (`kv_tokens_per_sequence`); `kept`, a
+    cost model of the same model, GPU and efficiency that keeps the layout's memory plan and
+    cost model (`_plan_and_cost`)."""
     tp = deployment.tp
     try:
         validate_layout(model, deployment)
     except SpecError as error:
         return _infeasible(deployment, model, error.message)
-    plan = memory_plan(
+    plan, cost = _plan_and_cost(
         model,
         gpu,
         deployment,
+        efficiency,
+        params=params,
         gpu_memory_utilization=gpu_memory_utilization,
         max_num_batched_tokens=max_num_batched_tokens,
-        params=params,
+        kept=kept,
     )
     per_sequence = kv_tokens * plan.kv_bytes_per_token
     # Each attention data-parallel rank caches its own share of the batch.
@@ -205,7 +211,6 @@ def _candidate(
             f"{tp} holds {tp}x the cache of one copy; attention data parallelism (dp) splits "
             "the sequences instead and each GPU caches only its own"
         )
-    cost = StepCostModel(model, gpu, deployment, efficiency)
     prefill_s, decode_s = cost.seconds(prefill), cost.seconds(decode)
     ttft_ms, tpot_ms = prefill_s * MS_PER_S, decode_s * MS_PER_S
     meets: bool | None = None
@@ -232,6 +237,74 @@ def _candidate(
         communication_share_decode=cost.communication_seconds(decode) / decode_s,
         meets_latency_goal=meets,
         reasons=tuple(reasons),
+    )
+
+
+def _plan_and_cost(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    *,
+    params: ParamCount,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    kept: StepCostModel | None,
+) -> tuple[MemoryPlan, StepCostModel]:
+    """The memory plan and the cost model of one layout that splits the model; kept on `kept`
+    (`StepCostModel.derived`) when given, so that a service asking about the same target
+    builds them once."""
+
+    def make() -> tuple[MemoryPlan, StepCostModel]:
+        plan = memory_plan(
+            model,
+            gpu,
+            deployment,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            params=params,
+        )
+        return plan, StepCostModel(model, gpu, deployment, efficiency)
+
+    if kept is None:
+        return make()
+    key = ("tp_candidate", deployment, gpu_memory_utilization, max_num_batched_tokens)
+    return kept.derived(key, make)
+
+
+def _weighed(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    base: Deployment,
+    *,
+    candidates: Sequence[int],
+    layouts: bool,
+    gpus_per_node: int,
+    params: ParamCount,
+    kept: StepCostModel | None,
+) -> tuple[Deployment, ...]:
+    """The layouts `assess_tp` weighs, in `base`'s formats, smallest replica first; kept on
+    `kept` (`StepCostModel.derived`) when given."""
+
+    def make() -> tuple[Deployment, ...]:
+        formats = Deployment(1, base.weight_dtype, base.kv_dtype, base.activation_dtype)
+        deployments = [replace(formats, tp=tp) for tp in sorted(set(candidates))]
+        if layouts:
+            deployments += _layouts(
+                model,
+                gpu,
+                formats,
+                candidates=candidates,
+                gpus_per_node=gpus_per_node,
+                params=params,
+            )
+        return tuple(sorted(deployments, key=lambda d: (d.gpus, d.tp, d.ep)))
+
+    if kept is None:
+        return make()
+    formats_key = (base.weight_dtype, base.kv_dtype, base.activation_dtype)
+    return kept.derived(
+        ("tp_layouts", formats_key, tuple(candidates), layouts, gpus_per_node), make
     )
 
 
@@ -297,6 +370,7 @@ def assess_tp(
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     layouts: bool = False,
     gpus_per_node: int = 8,
+    cost: StepCostModel | None = None,
 ) -> TpFeasibility:
     """Assess each TP degree in `candidates` (`deployment.tp` is ignored), and with `layouts`
     an MoE model's dp x tp (experts sliced or expert-parallel) within a node and, where no tp
@@ -305,6 +379,11 @@ def assess_tp(
 
     Recommends the smallest feasible tp that fits memory, or, given latency goals, the smallest
     that fits and meets them. Alternatives come back when no tp <= K (KV heads) would do.
+
+    `cost`: a cost model of `model` on `gpu` at `efficiency` (any deployment) that the caller
+    keeps across calls: the layouts weighed and each one's memory plan and cost model are kept
+    on it (`StepCostModel.derived`). None, or one of another model, GPU or efficiency, keeps
+    nothing.
     """
     base = deployment or Deployment()
     if not candidates:
@@ -321,22 +400,27 @@ def assess_tp(
         if slo is not None and slo <= 0:
             raise SpecError(name, f"must be positive, got {slo}")
     # What every candidate shares.
-    params = count_params(model)
+    kept = None
+    if cost is not None and (cost.model, cost.gpu, cost.efficiency) == (model, gpu, efficiency):
+        kept = cost
+    params = (
+        count_params(model) if kept is None else kept.derived("params", lambda: count_params(model))
+    )
     prefill = prefill_load(prompt_tokens, batch_size=batch_size)
     decode = decode_load(batch_size, context_tokens)
     kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
     kv_tokens = kv_slots(model, context_tokens, block_tokens)
-    formats = Deployment(1, base.weight_dtype, base.kv_dtype, base.activation_dtype)
-    deployments = [replace(formats, tp=tp) for tp in sorted(set(candidates))]
-    if layouts:
-        deployments += _layouts(
-            model,
-            gpu,
-            formats,
-            candidates=candidates,
-            gpus_per_node=gpus_per_node,
-            params=params,
-        )
+
+    deployments = _weighed(
+        model,
+        gpu,
+        base,
+        candidates=candidates,
+        layouts=layouts,
+        gpus_per_node=gpus_per_node,
+        params=params,
+        kept=kept,
+    )
     results = tuple(
         _candidate(
             model,
@@ -353,8 +437,9 @@ def assess_tp(
             tpot_slo_ms=tpot_slo_ms,
             gpu_memory_utilization=gpu_memory_utilization,
             max_num_batched_tokens=max_num_batched_tokens,
+            kept=kept,
         )
-        for layout in sorted(deployments, key=lambda d: (d.gpus, d.tp, d.ep))
+        for layout in deployments
     )
     usable = [c for c in results if c.feasible]
     goal = ttft_slo_ms is not None or tpot_slo_ms is not None

@@ -122,10 +122,13 @@ def roofline(
     context_tokens: int = 2048,
     batch_size: int = 1,
     causal: bool = False,
+    cost: StepCostModel | None = None,
 ) -> Roofline:
     """The roofline of `gpu` and where prefill, decode and their attention kernels sit.
 
     Without a model only `prefill` and `decode` are placed, under article B's idealisation.
+    `cost` is a cost model of `model` on `gpu` under `deployment` the caller keeps (counts do
+    not depend on its efficiency); None, or one of anything else, and one is built.
     `SpecError` names the request field at fault (sizes, a dtype the GPU lacks).
     """
     deployment = deployment or Deployment()
@@ -154,9 +157,12 @@ def roofline(
 
     within_context(model, "prompt_tokens", prompt_tokens)
     within_context(model, "context_tokens", context_tokens)
-    cost = StepCostModel(model, gpu, deployment)
-    prefill = cost.count(prefill_load(prompt_tokens, batch_size=batch_size, causal=causal))
-    decode = cost.count(decode_load(batch_size, context_tokens))
+    if cost is None or not (
+        cost.model == model and cost.gpu == gpu and cost.deployment == deployment
+    ):
+        cost = StepCostModel(model, gpu, deployment)
+    prefill = cost.count_totals(prefill_load(prompt_tokens, batch_size=batch_size, causal=causal))
+    decode = cost.count_totals(decode_load(batch_size, context_tokens))
     attention_dtype = cost.attention_dtype
     phases = (
         _point(RooflinePhase.PREFILL, prefill.arithmetic_intensity, gpu, gemm_dtype),

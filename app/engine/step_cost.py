@@ -19,17 +19,19 @@ the router and LM head stay in the activation format at `efficiency.gemm`; atten
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from itertools import starmap
 from typing import Any, TypeVar, cast
 
 from app.engine.counting import (
-    ATTENTION_OP_CLASSES,
+    CountTotals,
     OpClass,
     OpCoefficients,
     StepCount,
     attention_dtype_for,
     bounded_by_window,
     count_step,
+    count_totals,
     expected_distinct_experts,
     op_coefficients,
     pairs_for_chunk,
@@ -47,7 +49,14 @@ from app.engine.specs import (
     expert_dtype_for,
 )
 from app.engine.step_load import StepLoad
-from app.engine.timing import Bound, OpTime, StepTime, allreduce_seconds
+from app.engine.timing import (
+    Bound,
+    OpTime,
+    OpTimeRow,
+    StepTime,
+    TimeTotals,
+    allreduce_seconds,
+)
 from app.engine.units import MS_PER_S
 
 T = TypeVar("T")
@@ -57,19 +66,44 @@ __all__ = ["StepCostModel", "decode_load", "prefill_load"]
 _MEMO_SIZE = 1 << 16
 """At most this many entries in each of one `StepCostModel`'s memos (token counts of a step's
 rows, counts of its sequences)."""
+_DERIVED_KEPT = 64
+"""At most this many values in one `StepCostModel`'s `derived` store."""
+# The op classes as module globals for `_op_times`, which names each of a step's: reading a
+# global is a quarter of the cost of `OpClass.X`.
+_QKV_PROJ, _O_PROJ, _FFN, _MOE_ROUTER, _MOE_EXPERTS = (
+    OpClass.QKV_PROJ,
+    OpClass.O_PROJ,
+    OpClass.FFN,
+    OpClass.MOE_ROUTER,
+    OpClass.MOE_EXPERTS,
+)
+_LM_HEAD, _PREFILL_ATTENTION, _DECODE_ATTENTION = (
+    OpClass.LM_HEAD,
+    OpClass.PREFILL_ATTENTION,
+    OpClass.DECODE_ATTENTION,
+)
 
 
 def prefill_load(
-    query_tokens: int, *, batch_size: int = 1, cached_tokens: int = 0, causal: bool = True
+    query_tokens: int,
+    *,
+    batch_size: int = 1,
+    cached_tokens: int = 0,
+    causal: bool = True,
+    decode_seqs: int = 0,
+    decode_context_tokens: int = 0,
 ) -> StepLoad:
     """One step in which `batch_size` sequences each prefill `query_tokens` new tokens after
-    `cached_tokens` already in their KV cache."""
+    `cached_tokens` already in their KV cache, beside `decode_seqs` decodes attending over
+    `decode_context_tokens` in all (`decode_load(...) + prefill_load(...)`, in one record)."""
     pairs = pairs_for_chunk(query_tokens, cached_tokens, causal=causal)
     return StepLoad(
         prefill_tokens=batch_size * query_tokens,
         prefill_chunks=batch_size,
         prefill_attention_pairs=batch_size * pairs,
         prefill_kv_tokens=batch_size * (cached_tokens + query_tokens),
+        decode_seqs=decode_seqs,
+        decode_context_tokens=decode_context_tokens,
     )
 
 
@@ -240,15 +274,19 @@ class StepCostModel:
         # so `step_seconds` adds the same floats in the same order from the memos.
         self._rows_memo: dict[int, float] = {}
         self._head_memo: dict[int, float] = {}
-        self._derived: dict[str, Any] = {}
+        self._derived: dict[Hashable, Any] = {}
 
-    def derived(self, name: str, make: Callable[[], T]) -> T:
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
         """What `make()` computes from this model's specs alone (no load), kept on the model
-        under `name`, one of a few fixed names: a cost model is built once per target and asked
-        many times. `make` must be pure."""
-        found = self._derived.get(name, self._derived)
-        if found is self._derived:
-            found = self._derived[name] = make()
+        under `key`: a fixed name, or a name and the few settings the value depends on. A cost
+        model is built once per target and asked many times. `make` must be pure; at most
+        `_DERIVED_KEPT` values are kept (the settings come from requests)."""
+        derived = self._derived
+        found = derived.get(key, derived)
+        if found is derived:
+            if len(derived) >= _DERIVED_KEPT:
+                derived.clear()
+            found = derived[key] = make()
         return cast("T", found)
 
     @property
@@ -511,64 +549,77 @@ class StepCostModel:
     def breakdown(self, load: StepLoad) -> StepTime:
         """Per-op-class compute and memory seconds of one step, plus communication and
         overhead (one GPU; `total_s == seconds(load)`)."""
+        timed = self._op_times(load)
+        if timed is None:
+            return StepTime((), 0.0, 0.0)
+        rows, communication_s, overhead_s = timed
+        return StepTime(tuple(starmap(OpTime, rows)), communication_s, overhead_s)
+
+    def time_totals(self, load: StepLoad) -> TimeTotals:
+        """`breakdown(load)` summed: its compute, memory and total seconds, the same floats,
+        without building the per-op-class records (what an estimate reports of a step)."""
+        timed = self._op_times(load)
+        if timed is None:
+            return TimeTotals.of((), 0.0, 0.0)
+        return TimeTotals.of(*timed)
+
+    def _op_times(self, load: StepLoad) -> tuple[list[OpTimeRow], float, float] | None:
+        """`breakdown(load)`'s op classes as `OpTimeRow`s, its communication and its overhead
+        seconds; None for an empty step."""
         tokens = load.prefill_tokens + load.decode_seqs
         if tokens <= 0:
-            return StepTime((), 0.0, 0.0)
+            return None
         communication_s = self.communication_seconds(load)
         replica_tokens = tokens
         load = per_rank(load, self._dp)
         tokens = load.prefill_tokens + load.decode_seqs
         sequences = load.prefill_chunks + load.decode_seqs
-        ops = [
-            OpTime(OpClass.QKV_PROJ, tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a),
-            OpTime(OpClass.O_PROJ, tokens * self._o_c, self._o_w + tokens * self._o_a),
+        rows: list[OpTimeRow] = [
+            (_QKV_PROJ, tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a),
+            (_O_PROJ, tokens * self._o_c, self._o_w + tokens * self._o_a),
         ]
         if self._has_ffn:
-            ops.append(
-                OpTime(OpClass.FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
-            )
+            rows.append((_FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a))
         if self._has_moe:
             distinct = expected_distinct_experts(
                 self._num_experts, self._experts_per_token, replica_tokens
             )
-            ops.append(
-                OpTime(
-                    OpClass.MOE_ROUTER,
+            rows.append(
+                (
+                    _MOE_ROUTER,
                     tokens * self._router_c,
                     self._router_w + tokens * self._router_a,
                 )
             )
             straggler = self._straggler(replica_tokens)
-            ops.append(
-                OpTime(
-                    OpClass.MOE_EXPERTS,
+            rows.append(
+                (
+                    _MOE_EXPERTS,
                     straggler * replica_tokens * self._exp_c,
                     straggler
                     * (distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a),
                 )
             )
         if sequences > 0:
-            ops.append(
-                OpTime(OpClass.LM_HEAD, sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
-            )
+            rows.append((_LM_HEAD, sequences * self._lm_c, self._lm_w + sequences * self._lm_a))
         pairs, kv_tokens, context = window_bounded(self.coefficients, load)
         if load.prefill_tokens > 0:
-            ops.append(
-                OpTime(
-                    OpClass.PREFILL_ATTENTION,
+            rows.append(
+                (
+                    _PREFILL_ATTENTION,
                     pairs * self._pair_c + kv_tokens * self._expand_c,
                     load.prefill_tokens * self._qo_kv_s + kv_tokens * self._kv_s,
                 )
             )
         if load.decode_seqs > 0:
-            ops.append(
-                OpTime(
-                    OpClass.DECODE_ATTENTION,
+            rows.append(
+                (
+                    _DECODE_ATTENTION,
                     context * self._decode_pair_c + load.decode_seqs * self._absorb_c,
                     load.decode_seqs * self._decode_qo_kv_s + context * self._kv_s,
                 )
             )
-        return StepTime(tuple(ops), communication_s, self._overhead_s)
+        return rows, communication_s, self._overhead_s
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
         """Sum of `seconds(first + j * step)` for j in 0..count-1, exactly, in O(1).
@@ -655,20 +706,25 @@ class StepCostModel:
         """FLOPs and bytes of `load` across the whole deployment (see `counting.count_step`)."""
         return count_step(self.coefficients, load, steps=steps)
 
-    def bound_of(self, counts: StepCount) -> Bound:
+    def count_totals(
+        self, load: StepLoad, *, steps: int = 1, then: StepLoad | None = None
+    ) -> CountTotals:
+        """`count(load, steps=steps)` summed by kind, with one more step `then` when given
+        (see `counting.count_totals`)."""
+        return count_totals(self.coefficients, load, steps=steps, then=then)
+
+    def bound_of(self, totals: CountTotals) -> Bound:
         """Compute-bound when the counted FLOPs at this GPU's (efficient) rates take at least as
-        long as the counted bytes at its (efficient) bandwidth."""
-        tp = self.deployment.tp
-        compute_s = 0.0
-        for op in counts.ops:
-            if op.op_class in ATTENTION_OP_CLASSES:
-                rate = self._attention_rate
-            elif op.op_class in (OpClass.LM_HEAD, OpClass.MOE_ROUTER):
-                rate = self._activation_rate
-            else:
-                rate = self._gemm_rate
-            compute_s += op.flops / tp / rate
-        memory_s = counts.bytes / tp / self._bandwidth
+        long as the counted bytes at its (efficient) bandwidth: the GEMMs at the weights'
+        format, the router and LM head at the activations', attention at its own."""
+        per_gpu = 1.0 / self.deployment.tp
+        activation_flops = totals.router_flops + totals.lm_head_flops
+        compute_s = (
+            (totals.linear_flops - totals.router_flops) * per_gpu / self._gemm_rate
+            + activation_flops * per_gpu / self._activation_rate
+            + totals.attention_flops * per_gpu / self._attention_rate
+        )
+        memory_s = totals.bytes * per_gpu / self._bandwidth
         return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
 
 
@@ -687,21 +743,34 @@ def trapezoid_sum(
     `exact_up_to` steps, else the trapezoid rule over 16 segments plus the end correction (for
     step times smooth or piecewise linear in j: within 0.1 % of step by step)."""
 
+    tokens, chunks, seqs = first.prefill_tokens, first.prefill_chunks, first.decode_seqs
+    pairs, kv_tokens, context = (
+        first.prefill_attention_pairs,
+        first.prefill_kv_tokens,
+        first.decode_context_tokens,
+    )
+    pairs_step, kv_step, context_step = (
+        step.prefill_attention_pairs,
+        step.prefill_kv_tokens,
+        step.decode_context_tokens,
+    )
+
     def at(j: int) -> float:
         return step_seconds(
-            first.prefill_tokens,
-            first.prefill_chunks,
-            first.prefill_attention_pairs + j * step.prefill_attention_pairs,
-            first.prefill_kv_tokens + j * step.prefill_kv_tokens,
-            first.decode_seqs,
-            first.decode_context_tokens + j * step.decode_context_tokens,
+            tokens,
+            chunks,
+            pairs + j * pairs_step,
+            kv_tokens + j * kv_step,
+            seqs,
+            context + j * context_step,
         )
 
     if count <= max(exact_up_to, _SUM_SEGMENTS + 1):
-        return sum(at(j) for j in range(count))
+        return sum(map(at, range(count)))
     last = count - 1
-    marks = sorted({round(i * last / _SUM_SEGMENTS) for i in range(_SUM_SEGMENTS + 1)})
-    values = [at(j) for j in marks]
+    # More than 16 steps: the marks are over one step apart, so distinct and increasing.
+    marks = [round(i * last / _SUM_SEGMENTS) for i in range(_SUM_SEGMENTS + 1)]
+    values = list(map(at, marks))
     integral = sum(
         (b - a) * (fa + fb) / 2.0
         for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)

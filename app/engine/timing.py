@@ -9,6 +9,7 @@ The formulas are docs/model.md's (section 3): an op class takes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -18,7 +19,9 @@ from app.engine.specs import Efficiency, InterconnectSpec
 __all__ = [
     "Bound",
     "OpTime",
+    "OpTimeRow",
     "StepTime",
+    "TimeTotals",
     "allreduce_seconds",
     "roofline_seconds",
 ]
@@ -70,6 +73,11 @@ class OpTime:
         return Bound.COMPUTE if self.compute_s >= self.memory_s else Bound.MEMORY
 
 
+OpTimeRow = tuple[OpClass, float, float]
+"""An `OpTime`'s fields in order as a plain tuple: what `TimeTotals` sums without building the
+records (a frozen dataclass costs a microsecond to build)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepTime:
     """A step's time on one GPU (all GPUs of a TP group run in lockstep), in seconds."""
@@ -110,3 +118,39 @@ class StepTime:
             if op.op_class is op_class:
                 return op
         return OpTime(op_class, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTotals:
+    """A `StepTime` summed: the same floats as its properties, without its per-op records."""
+
+    compute_s: float
+    memory_s: float
+    total_s: float
+    communication_s: float
+    overhead_s: float
+
+    @classmethod
+    def of(cls, rows: Sequence[OpTimeRow], communication_s: float, overhead_s: float) -> TimeTotals:
+        """The totals of `StepTime(ops, communication_s, overhead_s)` whose ops are `rows`,
+        summed in their order as `StepTime`'s properties sum them."""
+        compute_s = memory_s = seconds = 0.0
+        for _, op_compute_s, op_memory_s in rows:
+            compute_s += op_compute_s
+            memory_s += op_memory_s
+            # `OpTime.seconds`, max(compute, memory), without the call.
+            seconds += op_memory_s if op_memory_s > op_compute_s else op_compute_s
+        return cls(
+            compute_s, memory_s, seconds + communication_s + overhead_s, communication_s, overhead_s
+        )
+
+    @property
+    def bound(self) -> Bound:
+        """`StepTime.bound`."""
+        return Bound.COMPUTE if self.compute_s >= self.memory_s else Bound.MEMORY
+
+    @property
+    def communication_share(self) -> float:
+        """`StepTime.communication_share`."""
+        total = self.total_s
+        return self.communication_s / total if total > 0 else 0.0

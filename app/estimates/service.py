@@ -187,7 +187,14 @@ class RooflineAnswer:
 def workload_of(query: Any) -> dict[str, Any]:
     """A frozen query's fields after its `target`, by name: the keyword arguments of the engine
     function it is answered by (they share names, which the API tests hold)."""
-    return {f.name: getattr(query, f.name) for f in fields(query)[1:]}
+    names = _WORKLOAD_NAMES.get(type(query))
+    if names is None:
+        names = _WORKLOAD_NAMES[type(query)] = tuple(f.name for f in fields(query)[1:])
+    return {name: getattr(query, name) for name in names}
+
+
+_WORKLOAD_NAMES: dict[type, tuple[str, ...]] = {}
+"""`workload_of`'s field names by query class, read once per class (`fields` is slow)."""
 
 
 def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
@@ -292,6 +299,7 @@ def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeas
             ttft_slo_ms=query.ttft_slo_ms,
             tpot_slo_ms=query.tpot_slo_ms,
             layouts=query.layouts,
+            cost=target.cost,
         )
     return _answer(resolved, result, "prefill", "decode")
 
@@ -299,10 +307,10 @@ def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeas
 def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:
     """Roofline of a GPU, and where a model's phases sit on it when a model is given."""
     if query.model is not None:
-        target = resolve_target(
-            cache,
-            TargetQuery(query.model, query.gpu, query.deployment, EfficiencyMode.IDEAL),
-        )
+        # Counts do not depend on the efficiency: the ideal target's cost model, kept per target.
+        target = target_of(
+            cache, TargetQuery(query.model, query.gpu, query.deployment, EfficiencyMode.IDEAL)
+        ).target
         with spec_errors():
             result = roofline(
                 target.gpu,
@@ -312,6 +320,7 @@ def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:
                 context_tokens=query.context_tokens,
                 batch_size=query.batch_size,
                 causal=query.causal,
+                cost=target.cost,
             )
         return RooflineAnswer(target.gpu_id, target.model_id, result)
     spec, gpu_id, _ = resolve_gpu_spec(cache, query.gpu)

@@ -7,6 +7,7 @@ import pytest
 from app.engine.memory import weight_bytes_per_gpu
 from app.engine.parallelism import AlternativeKind, assess_tp
 from app.engine.specs import Deployment, FfnType, ModelSpec, MoeSpec, SpecError
+from app.engine.step_cost import StepCostModel
 from tests.engine.test_counting import H100, LLAMA3_8B, LLAMA3_70B
 
 
@@ -88,3 +89,15 @@ def test_rejects_bad_candidates() -> None:
     with pytest.raises(SpecError) as error:
         assess_tp(LLAMA3_8B, H100, context_tokens=10**6)
     assert error.value.field == "context_tokens"
+
+
+def test_a_kept_cost_model_changes_nothing_but_the_work() -> None:
+    """A service passes the target's cost model so that each layout's memory plan and cost
+    model are built once: the assessment is the same, asked once or twice; a cost model of
+    another model keeps nothing."""
+    fresh = assess_tp(LLAMA3_70B, H100, context_tokens=4096, layouts=True)
+    kept = StepCostModel(LLAMA3_70B, H100)
+    assert assess_tp(LLAMA3_70B, H100, context_tokens=4096, layouts=True, cost=kept) == fresh
+    assert assess_tp(LLAMA3_70B, H100, context_tokens=4096, layouts=True, cost=kept) == fresh
+    other = StepCostModel(LLAMA3_8B, H100)
+    assert assess_tp(LLAMA3_70B, H100, context_tokens=4096, layouts=True, cost=other) == fresh

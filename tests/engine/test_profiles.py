@@ -218,3 +218,22 @@ def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
     )
     assert difference == pytest.approx(4 * 0.1e-3 - roofline_experts, rel=1e-9)
     assert cost.breakdown(load).total_s == pytest.approx(cost.seconds(load), rel=1e-12)
+
+
+def test_time_totals_of_a_profiled_step_are_its_breakdown_summed() -> None:
+    """The measured times replace the roofline's op by op in `breakdown` and `time_totals`
+    alike: the same floats, for a decode step (CUDA-graph padded), a prefill and a mix."""
+    cost = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    loads = [
+        decode_load(6, 1000),
+        prefill_load(2000, cached_tokens=300),
+        decode_load(3, 700) + prefill_load(128, cached_tokens=4000),
+    ]
+    for load in loads:
+        step, totals = cost.breakdown(load), cost.time_totals(load)
+        assert (totals.compute_s, totals.memory_s, totals.total_s) == (
+            step.compute_s,
+            step.memory_s,
+            step.total_s,
+        )
+        assert totals.bound is step.bound

@@ -6,8 +6,9 @@ import pytest
 
 from app.engine.dtypes import DType
 from app.engine.roofline import Bound, RooflinePhase, attainable_flops_per_s, roofline
-from app.engine.specs import Deployment, SpecError
-from tests.engine.test_counting import A100, H100, LLAMA3_8B
+from app.engine.specs import Deployment, Efficiency, SpecError
+from app.engine.step_cost import StepCostModel
+from tests.engine.test_counting import A100, H100, LLAMA3_8B, LLAMA3_70B
 
 
 def test_attainable_is_the_lower_roof() -> None:
@@ -56,3 +57,19 @@ def test_rejects_impossible_input() -> None:
     with pytest.raises(SpecError) as error:
         roofline(A100, batch_size=0)
     assert error.value.field == "batch_size"
+
+
+def test_a_kept_cost_model_counts_the_same() -> None:
+    """The service passes the target's cost model (counts do not depend on its efficiency);
+    one of another model is not used."""
+    fresh = roofline(H100, model=LLAMA3_8B, prompt_tokens=3000, context_tokens=1000)
+    calibrated = Efficiency(gemm=0.6, attention=0.5, memory=0.8, communication=0.7)
+    kept = StepCostModel(LLAMA3_8B, H100, Deployment(), calibrated)
+    assert (
+        roofline(H100, model=LLAMA3_8B, prompt_tokens=3000, context_tokens=1000, cost=kept) == fresh
+    )
+    other = StepCostModel(LLAMA3_70B, H100, Deployment(tp=8))
+    assert (
+        roofline(H100, model=LLAMA3_8B, prompt_tokens=3000, context_tokens=1000, cost=other)
+        == fresh
+    )

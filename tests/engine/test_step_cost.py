@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.engine.counting import OpClass
 from app.engine.dtypes import DType
-from app.engine.specs import Deployment, Efficiency, SpecError
+from app.engine.specs import Deployment, Efficiency, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
 from tests.engine.test_counting import A100, H100, LLAMA2_7B, LLAMA3_8B, LLAMA3_70B, MIXTRAL
@@ -158,3 +159,99 @@ def test_sum_seconds_equals_the_brute_force_sum(
 def test_sum_seconds_rejects_varying_tokens() -> None:
     with pytest.raises(ValueError, match="only attention fields"):
         StepCostModel(LLAMA3_8B, A100).sum_seconds(StepLoad(), StepLoad(decode_seqs=1), 3)
+
+
+_TOTALS_CASES = [
+    (LLAMA3_8B, Deployment()),
+    (LLAMA3_70B, Deployment(tp=8)),
+    (MIXTRAL, Deployment(tp=2)),
+    (MIXTRAL, Deployment(tp=2, dp=2, ep=4)),
+]
+_TOTALS_LOADS = [
+    prefill_load(3000, batch_size=2, cached_tokens=500),
+    decode_load(48, 1500),
+    decode_load(7, 900) + prefill_load(512, cached_tokens=4096),
+]
+
+
+@pytest.mark.parametrize(("model", "deployment"), _TOTALS_CASES)
+def test_count_totals_are_the_step_counts_summed_to_the_last_bit(
+    model: ModelSpec, deployment: Deployment
+) -> None:
+    """`count_totals` skips the per-op records the estimates never report: its sums must be
+    the very floats `StepCount`'s properties give (exact equality, no tolerance)."""
+    cost = StepCostModel(model, H100, deployment)
+    for load in _TOTALS_LOADS:
+        counts, totals = cost.count(load), cost.count_totals(load)
+        assert totals.flops == counts.flops
+        assert totals.linear_flops == counts.linear_flops
+        assert totals.attention_flops == counts.attention_flops
+        assert totals.lm_head_flops == counts.lm_head_flops
+        assert totals.router_flops == counts.op(OpClass.MOE_ROUTER).flops
+        assert totals.weight_bytes == counts.weight_bytes
+        assert totals.kv_bytes == counts.kv_bytes
+        assert totals.activation_bytes == counts.activation_bytes
+        assert totals.arithmetic_intensity == counts.arithmetic_intensity
+
+
+def test_count_totals_with_a_remainder_add_op_class_by_op_class() -> None:
+    """Four steps of a 1,024-token chunk plus a 300-token remainder: each op class's counts
+    add before the kinds are summed, as two `StepCount`s added op by op would."""
+    cost = StepCostModel(MIXTRAL, H100, Deployment(tp=2))
+    full, remainder = prefill_load(4096, cached_tokens=2000), prefill_load(300, cached_tokens=9)
+    totals = cost.count_totals(full, steps=4, then=remainder)
+    a, b = cost.count(full, steps=4).ops, cost.count(remainder).ops
+    assert totals.linear_flops == sum(x.flops + y.flops for x, y in zip(a[:5], b[:5], strict=True))
+    assert totals.weight_bytes == sum(
+        x.weight_bytes + y.weight_bytes for x, y in zip(a, b, strict=True)
+    )
+    assert totals.kv_bytes == sum(
+        (x.kv_read_bytes + y.kv_read_bytes) + (x.kv_write_bytes + y.kv_write_bytes)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.parametrize(("model", "deployment"), _TOTALS_CASES)
+def test_time_totals_are_the_breakdown_summed_to_the_last_bit(
+    model: ModelSpec, deployment: Deployment
+) -> None:
+    cost = StepCostModel(model, H100, deployment, CALIBRATED)
+    for load in [*_TOTALS_LOADS, StepLoad()]:
+        step, totals = cost.breakdown(load), cost.time_totals(load)
+        assert (totals.compute_s, totals.memory_s, totals.total_s) == (
+            step.compute_s,
+            step.memory_s,
+            step.total_s,
+        )
+        assert (totals.communication_s, totals.overhead_s) == (
+            step.communication_s,
+            step.overhead_s,
+        )
+        assert totals.bound is step.bound
+        assert totals.communication_share == step.communication_share
+
+
+def test_bound_of_weighs_each_op_class_at_its_own_rate() -> None:
+    """A 4,096-token prefill of Llama-3-8B is compute-bound and one decode token memory-bound,
+    as their step breakdowns say."""
+    cost = StepCostModel(LLAMA3_8B, H100, Deployment(), CALIBRATED)
+    prefill, decode = prefill_load(4096), decode_load(1, 100)
+    assert cost.bound_of(cost.count_totals(prefill)).value == "compute"
+    assert cost.bound_of(cost.count_totals(decode)).value == "memory"
+
+
+def test_derived_values_are_made_once_and_the_store_is_bounded() -> None:
+    cost = StepCostModel(LLAMA3_8B, H100)
+    made: list[int] = []
+
+    def make() -> int:
+        made.append(1)
+        return 42
+
+    assert cost.derived(("answer", 1), make) == 42
+    assert cost.derived(("answer", 1), make) == 42
+    assert len(made) == 1
+    for i in range(200):  # settings from requests: the store is cleared when full
+        cost.derived(("other", i), lambda: 0)
+    assert cost.derived(("answer", 1), make) == 42
+    assert len(made) == 2

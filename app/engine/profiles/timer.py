@@ -44,12 +44,22 @@ from app.engine.profiles.profile import OpFamily, Profile
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, expert_dtype_for
 from app.engine.step_cost import StepCostModel, per_rank, trapezoid_sum
 from app.engine.step_load import StepLoad
-from app.engine.timing import OpTime, StepTime
+from app.engine.timing import OpTimeRow
 
 __all__ = ["ProfiledStepCost"]
 
 _MS = 1e-3
 _MEMO_ENTRIES = 1 << 16
+_LINEAR_PART = {OpClass.QKV_PROJ: 0, OpClass.O_PROJ: 1, OpClass.FFN: 2}
+"""Where each linear op class's time sits in `ProfiledStepCost._linear_parts`."""
+# The op classes `_op_times` tells apart, as module globals: reading one is a quarter of the
+# cost of `OpClass.X`, and the loop reads several per op class of every step it times.
+_LM_HEAD, _PREFILL_ATTENTION, _DECODE_ATTENTION, _MOE_EXPERTS = (
+    OpClass.LM_HEAD,
+    OpClass.PREFILL_ATTENTION,
+    OpClass.DECODE_ATTENTION,
+    OpClass.MOE_EXPERTS,
+)
 
 
 def _gemm_ms(grid: Grid, m: float, n: float, k: float) -> float | None:
@@ -89,11 +99,13 @@ class ProfiledStepCost(StepCostModel):
         "_lm_memo",
         "_moe_curve",
         "_o_curve",
+        "_parts_memo",
         "_prefill_attention",
         "_prefill_memo",
         "_profile_overhead",
         "_qkv_curve",
         "_token_bytes",
+        "_tp",
         "basis",
         "profile",
     )
@@ -111,6 +123,7 @@ class ProfiledStepCost(StepCostModel):
         deployment = self.deployment
         tp, d, layers = deployment.tp, model.hidden_size, model.num_layers
         self._layers = layers
+        self._tp = tp
         self._profile_overhead = profile.overhead
         heads = model.num_attention_heads // tp
         kv_heads = max(1, model.num_kv_heads // tp)
@@ -171,6 +184,7 @@ class ProfiledStepCost(StepCostModel):
         self._graph_sizes = graph_sizes(profile.engine, deployment.tp)
         self._linear_memo: dict[int, float] = {}
         self._lm_memo: dict[int, float] = {}
+        self._parts_memo: dict[int, tuple[float, float, float]] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._decode_memo: dict[tuple[int, int], float] = {}
         self.basis = self._basis()
@@ -211,6 +225,16 @@ class ProfiledStepCost(StepCostModel):
                 found += self._ffn(tokens)
             if len(self._linear_memo) < _MEMO_ENTRIES:
                 self._linear_memo[tokens] = found
+        return found
+
+    def _linear_parts(self, tokens: int) -> tuple[float, float, float]:
+        """(`_qkv`, `_o`, `_ffn`) of `tokens` rows, remembered by row count (what `breakdown`
+        reports of each; `_linear` remembers their sum)."""
+        found = self._parts_memo.get(tokens)
+        if found is None:
+            found = (self._qkv(tokens), self._o(tokens), self._ffn(tokens))
+            if len(self._parts_memo) < _MEMO_ENTRIES:
+                self._parts_memo[tokens] = found
         return found
 
     def _qkv(self, tokens: int) -> float:
@@ -335,23 +359,28 @@ class ProfiledStepCost(StepCostModel):
             rows = sequences = self._graph_rows(decode_seqs)
             if self._dp == 1:
                 replica_tokens = rows
-        total = self._linear(rows)
+        # The memos read here first (a call less per step on the simulator's hot path).
+        total = self._linear_memo.get(rows)
+        if total is None:
+            total = self._linear(rows)
         if self._has_moe:
             total += self._moe(rows, replica_tokens)
         if sequences > 0:
-            total += self._lm(sequences)
+            lm_s = self._lm_memo.get(sequences)
+            total += self._lm(sequences) if lm_s is None else lm_s
         if prefill_tokens > 0:
             total += self._prefill_attn(
                 prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
             )
         if decode_seqs > 0:
             total += self._decode_attn(decode_seqs, decode_context_tokens)
-        return (
-            total
-            + self._communication(tokens)
-            + self._layout_seconds(replica_tokens)
-            + self._profile_overhead.seconds(sequences, tokens)
-        )
+        # Communication and layout exchanges in order; without tp or a layout they are 0 s,
+        # and adding 0.0 changes nothing.
+        if self._tp > 1:
+            total += self._communication(tokens)
+        if self._has_layout_comm:
+            total += self._layout_seconds(replica_tokens)
+        return total + self._profile_overhead.seconds(sequences, tokens)
 
     def _graph_rows(self, seqs: int) -> int:
         """The batch a decode-only step of `seqs` sequences runs at: the smallest CUDA-graph
@@ -369,46 +398,51 @@ class ProfiledStepCost(StepCostModel):
         rank_tokens = max(1, round(tokens / self._dp))
         return self._communication(rank_tokens) + self._layout_seconds(tokens)
 
-    def breakdown(self, load: StepLoad) -> StepTime:
-        """The roofline's breakdown with each op class's time replaced by the measured one (its
-        compute and memory parts scaled together, so the bound stays the roofline's)."""
-        roofline = super().breakdown(load)
-        replica_tokens = load.tokens
+    def _op_times(self, load: StepLoad) -> tuple[list[OpTimeRow], float, float] | None:
+        """The roofline's op classes with each one's time replaced by the measured one (its
+        compute and memory parts scaled together, so the bound stays the roofline's): what
+        `breakdown` and `time_totals` report."""
+        timed = super()._op_times(load)
+        if timed is None:
+            return None
+        roofline, communication_s, _ = timed
+        replica_tokens = load.prefill_tokens + load.decode_seqs
         load = per_rank(load, self._dp)
-        tokens, sequences = load.tokens, load.prefill_chunks + load.decode_seqs
-        if tokens <= 0:
-            return roofline
+        tokens = load.prefill_tokens + load.decode_seqs
+        sequences = load.prefill_chunks + load.decode_seqs
         if not load.prefill_tokens:
             tokens = sequences = self._graph_rows(load.decode_seqs)
             if self._dp == 1:
                 replica_tokens = tokens
         pairs, kv_tokens, context = window_bounded(self.coefficients, load)
-        measured = {
-            OpClass.QKV_PROJ: lambda: self._qkv(tokens),
-            OpClass.O_PROJ: lambda: self._o(tokens),
-            OpClass.FFN: lambda: self._ffn(tokens),
-            OpClass.LM_HEAD: lambda: self._lm(sequences),
-            OpClass.PREFILL_ATTENTION: lambda: self._prefill_attn(
-                load.prefill_tokens, load.prefill_chunks, pairs, round(kv_tokens)
-            ),
-            OpClass.DECODE_ATTENTION: lambda: self._decode_attn(load.decode_seqs, round(context)),
-        }
         experts = self._moe_curve.at(replica_tokens) if self._moe_curve else None
-        if experts is not None:
-            measured[OpClass.MOE_EXPERTS] = lambda: experts
-        ops = []
-        for op in roofline.ops:
-            timed = measured.get(op.op_class)
-            if timed is None or op.seconds <= 0:
-                ops.append(op)
+        parts = self._linear_parts(tokens)
+        rows: list[OpTimeRow] = []
+        for row in roofline:
+            op_class, compute_s, memory_s = row
+            seconds = memory_s if memory_s > compute_s else compute_s  # `OpTime.seconds`
+            if seconds <= 0:
+                rows.append(row)
                 continue
-            factor = timed() / op.seconds
-            ops.append(OpTime(op.op_class, op.compute_s * factor, op.memory_s * factor))
-        return StepTime(
-            tuple(ops),
-            roofline.communication_s,
-            self._profile_overhead.seconds(sequences, tokens),
-        )
+            part = _LINEAR_PART.get(op_class)
+            if part is not None:
+                measured = parts[part]
+            elif op_class is _LM_HEAD:
+                measured = self._lm(sequences)
+            elif op_class is _PREFILL_ATTENTION:
+                measured = self._prefill_attn(
+                    load.prefill_tokens, load.prefill_chunks, pairs, round(kv_tokens)
+                )
+            elif op_class is _DECODE_ATTENTION:
+                measured = self._decode_attn(load.decode_seqs, round(context))
+            elif op_class is _MOE_EXPERTS and experts is not None:
+                measured = experts
+            else:  # the router, and experts without a table: the roofline's time
+                rows.append(row)
+                continue
+            factor = measured / seconds
+            rows.append((op_class, compute_s * factor, memory_s * factor))
+        return rows, communication_s, self._profile_overhead.seconds(sequences, tokens)
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
         """Sum of `seconds(first + j * step)` for j in 0..count-1: exact up to 17 steps, else
