@@ -21,7 +21,7 @@ from app.engine.simulation.config import (
 )
 from app.engine.simulation.results import SimulationResult
 from app.engine.simulation.stats import QUEUE_SAMPLES, summarise
-from app.engine.simulation.step_table import DecodeStepTable, checked
+from app.engine.simulation.step_table import DecodeStepTable, checked, grid_low
 from app.engine.simulation.work import minimum_steps
 from app.engine.specs import SpecError
 from app.engine.step_cost import StepCostModel
@@ -121,6 +121,7 @@ def _run(
     closed_loop: ClosedLoop | None,
     prefix_cache: PrefixCache | None,
     prefilled_s: NDArray[np.float64] | None = None,
+    shortcuts: bool = True,
 ) -> _Run:
     """Validate `simulate`'s arguments and run the trace (see `simulate`).
 
@@ -128,7 +129,11 @@ def _run(
     `arrival_s`, once its KV has come over) with its prompt's KV present and its first token
     emitted at `prefilled_s[i]` by the prefill pool. Admission takes its prompt's blocks and its
     first step computes that one token (its KV, and the second token); a request of one token
-    is done at `prefilled_s[i]` and never enters the pool."""
+    is done at `prefilled_s[i]` and never enters the pool.
+
+    `shortcuts=False` runs without `_Run.execute`'s two shortcuts (a lone waiting request
+    admitted inline; a group following a group at a finish without a pass of the loop): the
+    same run, step for step (tests/engine/test_simulator_shortcuts.py compares the two)."""
     config = scheduler if scheduler is not None else SchedulerConfig()
     if block_tokens < 1:
         raise SpecError("block_tokens", f"must be at least 1, got {block_tokens}")
@@ -189,6 +194,7 @@ def _run(
         exact_step_times=exact_step_times,
         max_steps=max_steps,
         prefilled_s=None if prefilled_s is None else prefilled_s.tolist(),
+        shortcuts=shortcuts,
     )
     run.execute()
     return run
@@ -238,6 +244,7 @@ class _Run:
         closed_loop: ClosedLoop | None = None,
         cached_tokens: list[int] | None = None,
         prefilled_s: list[float] | None = None,
+        shortcuts: bool = True,
     ) -> None:
         self.trace = trace
         self.rejected_mask = rejected
@@ -247,6 +254,7 @@ class _Run:
         self.window_blocks = window_blocks
         self.cached_tokens = cached_tokens or [0] * len(trace)
         self.prefilled_s = prefilled_s
+        self.shortcuts = shortcuts
         self.closed_loop = closed_loop
         self.arrival_s: list[float] = []
         self.block_tokens = block_tokens
@@ -257,7 +265,7 @@ class _Run:
         self.finish_s = [math.nan] * count
         # Typed arrays: a run of millions of steps keeps 8 bytes a number, not 32. The loop
         # appends to plain lists (one `+=` of a tuple costs less than one array append) and
-        # moves them here every `_FLUSH` numbers, so a list never holds more.
+        # moves them here once they hold `_FLUSH` numbers, so a list never holds many more.
         self.itl_pairs = array("d")
         """(gap s, tokens it stands for) of single steps, flat; the counts are exact in a double."""
         self.group_pieces = array("d")
@@ -299,9 +307,10 @@ class _Run:
             and type(self.timer).seconds is StepCostModel.seconds
             else None
         )
-        table = DecodeStepTable(self.timer)
+        table = DecodeStepTable(self.timer, fields_seconds)
         segments = table.segments
         exact = self.exact_step_times
+        shortcuts = self.shortcuts
         step_limit = self.max_steps if self.max_steps is not None else -1
         config = self.config
         chunked = config.enable_chunked_prefill
@@ -309,25 +318,33 @@ class _Run:
         max_seqs = config.max_num_seqs
         max_tokens = config.max_num_batched_tokens
         multi = config.num_scheduler_steps
+        every_step = multi == 1
         chunk_cap = config.long_prefill_token_threshold if chunked else 0
         block = self.block_tokens
         # Per request, blocks held beyond its context's: its windowed layers' (held throughout)
         # less its prompt's cached blocks (shared); and the prompt tokens it finds cached.
         window_blocks = self.window_blocks
+        # Per request, at its last decode step: its context, and the blocks it then frees.
+        final = self.trace.prompt_tokens + self.trace.output_tokens - 1
+        final_context = final.tolist()
+        final_blocks = (-(-final // block) + np.array(window_blocks, dtype=np.int64)).tolist()
         cached = self.cached_tokens
         first_token_s = self.first_token_s
         finish_s = self.finish_s
         itl_pairs, group_pieces = self.itl_pairs, self.group_pieces
         itl: list[float] = []  # flushed into itl_pairs
+        flush = _FLUSH
         pieces: list[float] = []  # flushed into group_pieces
         heappush, heappop = heapq.heappush, heapq.heappop
         inf = math.inf
 
         # Per request: tokens generated before it last joined the decodes (or was preempted), the
-        # decode step it joined at, its ticket in `finishing` (-1: not decoding), the blocks it
-        # holds while prefilling, and when its latest token came out.
+        # decode step it joined at and its phase (it takes a new block at decode steps of that
+        # phase mod `block`), its ticket in `finishing` (-1: not decoding), the blocks it holds
+        # while prefilling, and when its latest token came out.
         generated = [0] * count
         join_step = [0] * count
+        phase_of = [0] * count
         ticket_of = [-1] * count
         held_blocks = [0] * count
         last_token_s = [0.0] * count
@@ -385,8 +402,9 @@ class _Run:
         # Decodes needing a new block at decode step k: those with phase k % block.
         new_blocks_by_phase = [0] * block
         # Heap of decode step << 32 | ticket (ints compare faster than tuples); a ticket's
-        # request is ticket_request[ticket]. Tickets count joins, far below 2**32.
-        finishing: list[int] = []
+        # request is ticket_request[ticket]. Tickets count joins, far below 2**32. It holds a
+        # sentinel after every finish, so it is never empty.
+        finishing: list[int] = [_NEVER]
         ticket_request = [-1]
         tickets = 0
         decode_step = 0  # decode steps run so far; the next one has this index
@@ -414,11 +432,14 @@ class _Run:
             next_sample_s = arrival[first_admitted]
         else:  # the horizon is not known ahead: dense, thinned as the run goes on
             sample_every_s, next_sample_s = 1e-3, 0.0
+        # A sentinel past the last arrival, never due: `arrival[next_arrival]` needs no bound
+        # check (dropped when the run ends).
+        arrival.append(inf)
 
         while True:
             # Arrivals up to now join the queue; the time they waited before this step counts.
-            if next_arrival < count and arrival[next_arrival] <= now:
-                while next_arrival < count and arrival[next_arrival] <= now:
+            if arrival[next_arrival] <= now:
+                while arrival[next_arrival] <= now:
                     if not is_rejected[next_arrival]:
                         waiting.append(next_arrival)
                         late_s = now - arrival[next_arrival]
@@ -438,7 +459,7 @@ class _Run:
 
             # Multi-step scheduling: between decisions, every `multi` decode steps, the running
             # decodes step on and nothing is scheduled.
-            deciding = multi == 1 or not decode_seqs or decode_step % multi == 0
+            deciding = every_step or not decode_seqs or decode_step % multi == 0
             if (
                 decode_seqs
                 and not exact
@@ -465,7 +486,9 @@ class _Run:
                 # sample, nor preempt while every decode's next blocks fit. They run as one
                 # group timed in closed form: within a segment of the decode step table a step
                 # is affine in the context, which grows by `decode_seqs` a step, so the steps
-                # (and the token gaps, one step each) form an arithmetic progression.
+                # (and the token gaps, one step each) form an arithmetic progression. When a
+                # group ends at a finish with nobody waiting, before the horizon, the next
+                # group (of the smaller batch) follows here, as the loop would have started it.
                 most = (finishing[0] >> 32) - decode_step + 1  # through the next finish
                 if free_blocks < decode_seqs * (most // block + 1):
                     # Each decode takes one block every `block` steps.
@@ -484,231 +507,295 @@ class _Run:
                             del queue_time_s[1::2], queue_waiting[1::2], queue_running[1::2]
                             sample_every_s *= 2
                         next_sample_s = now + sample_every_s
-                    horizon = arrival[next_arrival] if next_arrival < count else inf
+                    horizon = arrival[next_arrival]
                     if next_sample_s < horizon:  # noqa: PLR1730 - a branch is cheaper than min
                         horizon = next_sample_s
-                    start_s = now
-                    group = 0
-                    while group < most:
-                        mean_context = decode_context // decode_seqs
-                        if mean_context < 128:
-                            low, spacing = mean_context, 1
-                        else:
-                            spacing = 1 << (mean_context.bit_length() - 7)
-                            low = mean_context - mean_context % spacing
-                        segment = segments.get(low << 32 | decode_seqs)
-                        if segment is None:
-                            segment = table.segment(decode_seqs, low, spacing)
-                        first_s = segment[0] + segment[1] * (decode_context - decode_seqs * low)
-                        rise_s = segment[1] * decode_seqs
-                        piece = low + spacing - mean_context  # steps left in the segment
-                        if piece > most - group:  # noqa: PLR1730 - a branch is cheaper than min
-                            piece = most - group
-                        # The piece's steps sum to piece * first + rise * piece * (piece - 1) / 2.
-                        piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
-                        if now + piece_s >= horizon:
-                            # Stop at the step that reaches the horizon, as single steps do.
-                            gap_s = horizon - now
-                            if rise_s >= 0:
-                                # Steps of at least first_s: ceil(gap / first_s) reach it; step
-                                # back while one fewer still does.
-                                reach = int(-(-gap_s // first_s))
-                                if reach < piece:  # noqa: PLR1730 - cheaper than min
-                                    piece = reach
-                                while (
-                                    piece > 1
-                                    and (piece - 1) * first_s
-                                    + rise_s * (piece - 1) * (piece - 2) * 0.5
-                                    >= gap_s
-                                ):
-                                    piece -= 1
-                            else:
-                                piece = _steps_to_reach(gap_s, first_s, rise_s, piece)
-                            piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
-                            most = group + piece
-                        pieces += (first_s, rise_s, piece, decode_seqs)
-                        now += piece_s
-                        decode_context += piece * decode_seqs
-                        group += piece
-                    if len(pieces) >= _FLUSH:
-                        group_pieces.fromlist(pieces)
-                        pieces.clear()
                     if fresh:
                         fresh.clear()
-                    phase = decode_step % block
-                    rest = group % block
-                    needed = group // block * decode_seqs
-                    if rest:
-                        end = phase + rest
-                        needed += sum(new_blocks_by_phase[phase:end])
-                        if end > block:
-                            needed += sum(new_blocks_by_phase[: end - block])
-                    free_blocks -= needed
-                    steps += group
-                    step_s = now - start_s
-                    area_in_system += (len(waiting) + len(running)) * step_s
-                    if waiting:
-                        area_waiting += len(waiting) * step_s
-                        if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
-                            max_waiting = len(waiting)
-                    last_decode_end = now
-                    decode_step += group
-                    # Requests finishing at the group's last step leave.
-                    limit = decode_step << 32
-                    while finishing and finishing[0] < limit:
-                        ticket = heappop(finishing) & 0xFFFFFFFF
-                        request = ticket_request[ticket]
-                        if ticket_of[request] != ticket:
-                            continue  # preempted since it was scheduled to finish here
-                        ticket_of[request] = -1
-                        finish_s[request] = now
-                        if issued < count:
-                            arrival[issued] = now + think
-                            issued += 1
-                        del running[request]
-                        final_context = prompt[request] + output[request] - 1
-                        free_blocks += -(-final_context // block) + window_blocks[request]
-                        decode_seqs -= 1
-                        decode_context -= final_context + 1
-                        phase = (
-                            join_step[request] + 1 - prompt[request] - generated[request]
-                        ) % block
-                        new_blocks_by_phase[phase] -= 1
+                    while True:  # one group per batch
+                        start_s = now
+                        # The context is decode_seqs * mean_context + offset; the mean grows by
+                        # one a step. Each piece runs to the end of its line of the table (a run
+                        # of segments; where the next begins) or of the group.
+                        start_context, offset = divmod(decode_context, decode_seqs)
+                        mean_context = start_context
+                        if mean_context < 128:  # grid_low(mean_context), inline
+                            low = mean_context
+                        else:
+                            low = mean_context - mean_context % (
+                                1 << (mean_context.bit_length() - 7)
+                            )
+                        left = most
+                        while True:
+                            segment = segments.get(low << 32 | decode_seqs)
+                            if segment is None:
+                                segment = table.segment(decode_seqs, low)
+                            base_s, slope, rise_s, run_end, base = segment
+                            end = run_end[0]
+                            # (decode_context - decode_seqs * base, as single steps have it.)
+                            first_s = base_s + slope * (
+                                decode_seqs * (mean_context - base) + offset
+                            )
+                            piece = end - mean_context
+                            if piece > left:  # noqa: PLR1730 - a branch is cheaper than min
+                                piece = left
+                            # The piece's steps sum to piece * first + rise * piece * (piece-1)/2.
+                            piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
+                            if now + piece_s >= horizon:
+                                # Stop at the step that reaches the horizon, as single steps do.
+                                gap_s = horizon - now
+                                if rise_s >= 0:
+                                    # Steps of at least first_s: ceil(gap / first_s) reach it;
+                                    # step back while one fewer still does.
+                                    reach = int(-(-gap_s // first_s))
+                                    if reach < piece:  # noqa: PLR1730 - cheaper than min
+                                        piece = reach
+                                    while (
+                                        piece > 1
+                                        and (piece - 1) * first_s
+                                        + rise_s * (piece - 1) * (piece - 2) * 0.5
+                                        >= gap_s
+                                    ):
+                                        piece -= 1
+                                else:
+                                    piece = _steps_to_reach(gap_s, first_s, rise_s, piece)
+                                piece_s = piece * first_s + rise_s * piece * (piece - 1) * 0.5
+                                left = piece  # the group ends with this piece
+                            pieces += (first_s, rise_s, piece, decode_seqs)
+                            now += piece_s
+                            mean_context += piece
+                            left -= piece
+                            if not left:
+                                break
+                            low = end  # the piece ran to the line's end: the next begins
+                        group = mean_context - start_context
+                        decode_context = decode_seqs * mean_context + offset
+                        phase = decode_step % block
+                        rest = group % block
+                        needed = group // block * decode_seqs
+                        if rest:
+                            end = phase + rest
+                            needed += sum(new_blocks_by_phase[phase:end])
+                            if end > block:
+                                needed += sum(new_blocks_by_phase[: end - block])
+                        free_blocks -= needed
+                        steps += group
+                        step_s = now - start_s
+                        area_in_system += (len(waiting) + len(running)) * step_s
+                        if waiting:
+                            area_waiting += len(waiting) * step_s
+                            if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
+                                max_waiting = len(waiting)
+                        last_decode_end = now
+                        decode_step += group
+                        # Requests finishing at the group's last step leave.
+                        limit = decode_step << 32
+                        if finishing[0] >= limit:
+                            break  # it stopped short of the finish: an arrival, sample or cap
+                        while finishing[0] < limit:
+                            ticket = heappop(finishing) & 0xFFFFFFFF
+                            request = ticket_request[ticket]
+                            if ticket_of[request] != ticket:
+                                continue  # preempted since it was scheduled to finish here
+                            ticket_of[request] = -1
+                            finish_s[request] = now
+                            if issued < count:
+                                arrival[issued] = now + think
+                                issued += 1
+                            del running[request]
+                            free_blocks += final_blocks[request]
+                            decode_seqs -= 1
+                            decode_context -= final_context[request] + 1
+                            new_blocks_by_phase[phase_of[request]] -= 1
+                        # The next group here only when the loop would start it at once: the
+                        # batch decodes on, nothing waits, and no arrival (a closed loop's
+                        # users send on finishes) or sample is due.
+                        if not shortcuts or waiting or partial or not decode_seqs:
+                            break
+                        if arrival[next_arrival] < horizon:  # noqa: PLR1730 - cheaper than min
+                            horizon = arrival[next_arrival]
+                        if now >= horizon:
+                            break
+                        most = (finishing[0] >> 32) - decode_step + 1
+                        if free_blocks < decode_seqs * (most // block + 1):
+                            most = min(most, free_blocks // decode_seqs * block)
+                        if 0 <= step_limit - steps < most:
+                            most = step_limit - steps
+                        if most < 1:
+                            break
+                    if len(pieces) >= flush:
+                        group_pieces.fromlist(pieces)
+                        pieces.clear()
                     continue
 
             run_decodes = decode_seqs > 0
-            if prefill_first and waiting and run_decodes and deciding:
+            # The usual step at light load, inline: with chunked prefill, the one waiting request
+            # is admitted whole (its prompt fits the budget, its blocks and the decodes' fit
+            # the pool) while nothing is partial. The general path below takes the same steps.
+            admitted = False
+            if shortcuts and chunked and deciding and not partial and len(waiting) == 1:
                 head = waiting[0]
-                blocks = -(-(prompt[head] + generated[head]) // block) + window_blocks[head]
-                if blocks <= free_blocks and (len(running) < max_seqs):
-                    run_decodes = False  # v0: a prefill step stalls every running decode
+                total = prompt[head] + generated[head]
+                found = cached[head]  # computed tokens it starts from: its cached prefix
+                take = total - found
+                needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
+                head_blocks = -(-total // block) + window_blocks[head]
+                if (
+                    take <= max_tokens - decode_seqs
+                    and not 0 < chunk_cap < take
+                    and needed + head_blocks <= free_blocks
+                    and len(running) < max_seqs
+                ):
+                    admitted = True
+                    waiting.popleft()
+                    if not max_waiting:
+                        max_waiting = 1
+                    free_blocks -= needed + head_blocks
+                    held_blocks[head] = head_blocks
+                    running[head] = None
+                    if len(running) > max_running:  # noqa: PLR1730 - cheaper than max
+                        max_running = len(running)
+                    prefill_tokens = take
+                    prefill_chunks = 1
+                    attention_pairs = take * found + take * (take + 1) // 2
+                    prefill_kv = total
+                    completing = [head]
+            if not admitted:
+                if prefill_first and waiting and run_decodes and deciding:
+                    head = waiting[0]
+                    blocks = -(-(prompt[head] + generated[head]) // block) + window_blocks[head]
+                    if blocks <= free_blocks and (len(running) < max_seqs):
+                        run_decodes = False  # v0: a prefill step stalls every running decode
 
-            # KV blocks for the running requests' work this step: a block for each decode whose
-            # token starts one, and the blocks of each partial prefill's next chunk (planned
-            # within the token budget). When they do not fit, the most recently admitted running
-            # request is preempted, again until they do (vLLM V1, `Scheduler.schedule` in
-            # vllm/v1/core/sched/scheduler.py: a running request whose `allocate_slots` fails
-            # preempts `self.running.pop()`, the newest; it frees its blocks and goes back to the
-            # front of the waiting queue, and no waiting request is admitted in that step).
-            preempted = False
-            budget = max_tokens - decode_seqs if run_decodes else max_tokens
-            needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
-            chunks = no_chunks
-            if partial and deciding:
-                if len(partial) == 1:  # the usual case, inline: one chunk within the budget
-                    _, done_tokens, total = partial[0]
-                    take = total - done_tokens
-                    if take > budget:  # noqa: PLR1730 - a branch is cheaper than min
-                        take = budget
-                    if 0 < chunk_cap < take:
-                        take = chunk_cap
-                    if take > 0:
-                        chunks = [take]
-                        needed += -(-(done_tokens + take) // block) - -(-done_tokens // block)
-                else:
-                    chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
-                    needed += chunk_blocks
-            while needed > free_blocks:
-                victim = next(reversed(running))
-                preempted = True
-                preemptions += 1
-                del running[victim]
-                waiting.appendleft(victim)
-                if ticket_of[victim] < 0:  # a partial prefill: drop its progress
-                    partial = [entry for entry in partial if entry[0] != victim]
-                    free_blocks += held_blocks[victim]
-                else:
-                    done = generated[victim] + decode_step - join_step[victim]
-                    context = prompt[victim] + done
-                    phase = (join_step[victim] + 1 - prompt[victim] - generated[victim]) % block
-                    new_blocks_by_phase[phase] -= 1
-                    free_blocks += -(-(context - 1) // block) + window_blocks[victim]
-                    decode_seqs -= 1
-                    decode_context -= context
-                    ticket_of[victim] = -1
-                    generated[victim] = done
-                    if self.prefilled_s is not None:
-                        # Its prompt's blocks were freed with the rest: recomputed locally
-                        # like the tokens it generated, nothing found cached.
-                        cached[victim] = 0
-                    if victim in fresh:
-                        fresh.remove(victim)  # its latest token is the one its prefill emitted
-                    else:
-                        last_token_s[victim] = last_decode_end
-                    if run_decodes:
-                        budget += 1
-                        run_decodes = decode_seqs > 0
+                # KV blocks for the running requests' work this step: a block for each decode
+                # whose token starts one, and the blocks of each partial prefill's next chunk
+                # (planned within the token budget). When they do not fit, the most recently
+                # admitted running request is preempted, again until they do (vLLM V1,
+                # `Scheduler.schedule` in vllm/v1/core/sched/scheduler.py: a running request
+                # whose `allocate_slots` fails preempts `self.running.pop()`, the newest; it frees
+                # its blocks and goes back to the front of the waiting queue, and no waiting
+                # request is admitted in that step).
+                preempted = False
+                budget = max_tokens - decode_seqs if run_decodes else max_tokens
                 needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
                 chunks = no_chunks
                 if partial and deciding:
-                    chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
-                    needed += chunk_blocks
-            free_blocks -= needed
-            if preempted and len(waiting) > max_waiting:
-                max_waiting = len(waiting)
-
-            prefill_tokens = prefill_chunks = prefill_kv = attention_pairs = 0
-            completing = no_completions
-            if chunks:
-                completing = []
-                for index, take in enumerate(chunks):  # the first len(chunks) partials
-                    entry = partial[index]
-                    request, done_tokens, total = entry
-                    budget -= take
-                    prefill_tokens += take
-                    prefill_chunks += 1
-                    # Causal chunk of q after c computed: q*c + q*(q+1)/2 query-key pairs.
-                    attention_pairs += take * done_tokens + take * (take + 1) // 2
-                    prefill_kv += done_tokens + take
-                    held_blocks[request] += -(-(done_tokens + take) // block) - -(
-                        -done_tokens // block
-                    )
-                    entry[1] = done_tokens + take
-                    if entry[1] == total:
-                        completing.append(request)
-                if completing:
-                    partial = [entry for entry in partial if entry[1] < entry[2]]
-            if waiting:
-                if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
+                    if len(partial) == 1:  # the usual case, inline: one chunk within the budget
+                        _, done_tokens, total = partial[0]
+                        take = total - done_tokens
+                        if take > budget:  # noqa: PLR1730 - a branch is cheaper than min
+                            take = budget
+                        if 0 < chunk_cap < take:
+                            take = chunk_cap
+                        if take > 0:
+                            chunks = [take]
+                            needed += -(-(done_tokens + take) // block) - -(-done_tokens // block)
+                    else:
+                        chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
+                        needed += chunk_blocks
+                while needed > free_blocks:
+                    victim = next(reversed(running))
+                    preempted = True
+                    preemptions += 1
+                    del running[victim]
+                    waiting.appendleft(victim)
+                    if ticket_of[victim] < 0:  # a partial prefill: drop its progress
+                        partial = [entry for entry in partial if entry[0] != victim]
+                        free_blocks += held_blocks[victim]
+                    else:
+                        done = generated[victim] + decode_step - join_step[victim]
+                        context = prompt[victim] + done
+                        new_blocks_by_phase[phase_of[victim]] -= 1
+                        free_blocks += -(-(context - 1) // block) + window_blocks[victim]
+                        decode_seqs -= 1
+                        decode_context -= context
+                        ticket_of[victim] = -1
+                        generated[victim] = done
+                        if self.prefilled_s is not None:
+                            # Its prompt's blocks were freed with the rest: recomputed locally
+                            # like the tokens it generated, nothing found cached.
+                            cached[victim] = 0
+                        if victim in fresh:
+                            fresh.remove(victim)  # its latest token is the one its prefill emitted
+                        else:
+                            last_token_s[victim] = last_decode_end
+                        if run_decodes:
+                            budget += 1
+                            run_decodes = decode_seqs > 0
+                    needed = new_blocks_by_phase[decode_step % block] if run_decodes else 0
+                    chunks = no_chunks
+                    if partial and deciding:
+                        chunks, chunk_blocks = _plan_chunks(partial, budget, chunk_cap, block)
+                        needed += chunk_blocks
+                free_blocks -= needed
+                if preempted and len(waiting) > max_waiting:
                     max_waiting = len(waiting)
-                if deciding and not preempted and (not prefill_first or not run_decodes):
-                    while len(running) < max_seqs:
-                        head = waiting[0]
-                        total = prompt[head] + generated[head]
-                        found = cached[head]  # computed tokens it starts from: its cached prefix
-                        take = total - found
-                        if chunked:
-                            if budget <= 0:
-                                break
-                            if take > budget:  # noqa: PLR1730 - cheaper than min
-                                take = budget
-                            if 0 < chunk_cap < take:
-                                take = chunk_cap
-                        elif take > budget and prefill_chunks:
-                            break  # whole prompts; one over the budget may run alone
-                        # vLLM V1 allocates the blocks of the scheduled chunk only.
-                        head_blocks = -(-(found + take) // block) + window_blocks[head]
-                        if head_blocks > free_blocks:
-                            break  # FCFS: the head waits for blocks, and so does everyone behind
-                        waiting.popleft()
-                        free_blocks -= head_blocks
-                        held_blocks[head] = head_blocks
-                        running[head] = None
+
+                prefill_tokens = prefill_chunks = prefill_kv = attention_pairs = 0
+                completing = no_completions
+                if chunks:
+                    completing = []
+                    for index, take in enumerate(chunks):  # the first len(chunks) partials
+                        entry = partial[index]
+                        request, done_tokens, total = entry
                         budget -= take
                         prefill_tokens += take
                         prefill_chunks += 1
-                        attention_pairs += take * found + take * (take + 1) // 2
-                        prefill_kv += found + take
-                        if completing is no_completions:
-                            completing = []
-                        if found + take == total:
-                            completing.append(head)
-                        else:
-                            partial.append([head, found + take, total])
-                        if not waiting:
-                            break
-                    if len(running) > max_running:  # noqa: PLR1730 - cheaper than max
-                        max_running = len(running)
+                        # Causal chunk of q after c computed: q*c + q*(q+1)/2 query-key pairs.
+                        attention_pairs += take * done_tokens + take * (take + 1) // 2
+                        prefill_kv += done_tokens + take
+                        held_blocks[request] += -(-(done_tokens + take) // block) - -(
+                            -done_tokens // block
+                        )
+                        entry[1] = done_tokens + take
+                        if entry[1] == total:
+                            completing.append(request)
+                    if completing:
+                        partial = [entry for entry in partial if entry[1] < entry[2]]
+                if waiting:
+                    if len(waiting) > max_waiting:  # noqa: PLR1730 - cheaper than max
+                        max_waiting = len(waiting)
+                    if deciding and not preempted and (not prefill_first or not run_decodes):
+                        while len(running) < max_seqs:
+                            head = waiting[0]
+                            total = prompt[head] + generated[head]
+                            found = cached[
+                                head
+                            ]  # computed tokens it starts from: its cached prefix
+                            take = total - found
+                            if chunked:
+                                if budget <= 0:
+                                    break
+                                if take > budget:  # noqa: PLR1730 - cheaper than min
+                                    take = budget
+                                if 0 < chunk_cap < take:
+                                    take = chunk_cap
+                            elif take > budget and prefill_chunks:
+                                break  # whole prompts; one over the budget may run alone
+                            # vLLM V1 allocates the blocks of the scheduled chunk only.
+                            head_blocks = -(-(found + take) // block) + window_blocks[head]
+                            if head_blocks > free_blocks:
+                                # FCFS: the head waits for blocks, and so does everyone behind.
+                                break
+                            waiting.popleft()
+                            free_blocks -= head_blocks
+                            held_blocks[head] = head_blocks
+                            running[head] = None
+                            budget -= take
+                            prefill_tokens += take
+                            prefill_chunks += 1
+                            attention_pairs += take * found + take * (take + 1) // 2
+                            prefill_kv += found + take
+                            if completing is no_completions:
+                                completing = []
+                            if found + take == total:
+                                completing.append(head)
+                            else:
+                                partial.append([head, found + take, total])
+                            if not waiting:
+                                break
+                        if len(running) > max_running:  # noqa: PLR1730 - cheaper than max
+                            max_running = len(running)
 
             # Time the step.
             if prefill_chunks:
@@ -746,16 +833,11 @@ class _Run:
                         )
                     )
                 else:
-                    mean_context = decode_context // decode_seqs
-                    if mean_context < 128:
-                        low, spacing = mean_context, 1
-                    else:
-                        spacing = 1 << (mean_context.bit_length() - 7)
-                        low = mean_context - mean_context % spacing
+                    low = grid_low(decode_context // decode_seqs)
                     segment = segments.get(low << 32 | decode_seqs)
                     if segment is None:
-                        segment = table.segment(decode_seqs, low, spacing)
-                    step_s = segment[0] + segment[1] * (decode_context - decode_seqs * low)
+                        segment = table.segment(decode_seqs, low)
+                    step_s = segment[0] + segment[1] * (decode_context - decode_seqs * segment[4])
             else:
                 continue  # preemption emptied the step; schedule again
             if steps == step_limit:  # a step beyond the cap: -1 (no cap) never matches
@@ -790,12 +872,12 @@ class _Run:
                     fresh.clear()
                 else:
                     itl += (now - last_decode_end, decode_seqs)
-                if len(itl) >= _FLUSH:
+                if len(itl) >= flush:
                     itl_pairs.fromlist(itl)
                     itl.clear()
                 last_decode_end = now
                 limit = (decode_step + 1) << 32
-                while finishing and finishing[0] < limit:
+                while finishing[0] < limit:
                     ticket = heappop(finishing) & 0xFFFFFFFF
                     request = ticket_request[ticket]
                     if ticket_of[request] != ticket:
@@ -806,12 +888,10 @@ class _Run:
                         arrival[issued] = now + think
                         issued += 1
                     del running[request]
-                    final_context = prompt[request] + output[request] - 1
-                    free_blocks += -(-final_context // block) + window_blocks[request]
+                    free_blocks += final_blocks[request]
                     decode_seqs -= 1
-                    decode_context -= final_context
-                    phase = (join_step[request] + 1 - prompt[request] - generated[request]) % block
-                    new_blocks_by_phase[phase] -= 1
+                    decode_context -= final_context[request]
+                    new_blocks_by_phase[phase_of[request]] -= 1
                 decode_context += decode_seqs
                 decode_step += 1
 
@@ -838,13 +918,17 @@ class _Run:
                 ticket_request.append(request)
                 heappush(finishing, (decode_step + output[request] - tokens - 1) << 32 | tickets)
                 decode_seqs += 1
-                decode_context += prompt[request] + tokens
+                context = prompt[request] + tokens
+                decode_context += context
                 # A new block when the context passes a multiple of the block size.
-                new_blocks_by_phase[(decode_step + 1 - prompt[request] - tokens) % block] += 1
+                phase = (decode_step + 1 - context) % block
+                phase_of[request] = phase
+                new_blocks_by_phase[phase] += 1
                 if not fresh:
                     fresh_since_s = now
                 fresh.append(request)
 
+        arrival.pop()
         itl_pairs.fromlist(itl)
         group_pieces.fromlist(pieces)
         self.steps = steps
@@ -876,7 +960,11 @@ class _Run:
 
 
 _FLUSH = 1 << 16
-"""The loop moves its lists of token gaps into typed arrays once they hold this many numbers."""
+"""The loop moves its lists of token gaps into typed arrays once they hold this many numbers
+(checked after each step or run of groups)."""
+
+_NEVER = 1 << 80
+"""A finishing key beyond any decode step << 32 | ticket."""
 
 
 def _plan_chunks(
