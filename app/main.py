@@ -35,7 +35,8 @@ from app.web.dispatch import install_static_dispatch
 from app.web.docs_ui import install_docs
 from app.web.heavy import HeavyWork, HeavyWorkLimits
 from app.web.memo import ResponseMemo
-from app.web.middleware import HttpMetrics, ObservabilityMiddleware
+from app.web.metrics import HttpMetrics
+from app.web.middleware import ObservabilityMiddleware
 from app.web.openapi import install_openapi
 from app.web.problems import install_problem_handlers
 

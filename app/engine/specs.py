@@ -530,7 +530,10 @@ class Deployment:
         return replace(self, tp=tp, ep=tp * self.dp if self.ep > 1 else 1)
 
     def single_gpu(self) -> Deployment:
-        """The formats of this deployment on one GPU (no tp, dp, ep or pp)."""
+        """The formats of this deployment on one GPU (no tp, dp, ep or pp): itself when it is
+        one already (a frozen value; saves a copy per request)."""
+        if self.gpus == 1 and self.ep == 1:
+            return self
         return replace(self, tp=1, dp=1, ep=1, pp=1)
 
     @property

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import GpuHardware, ModelArchitecture
+from app.engine.parallelism import DEFAULT_TP_CANDIDATES
 from app.estimates.service import (
     BatchCeilingQuery,
     ChunkSizeQuery,
@@ -350,8 +351,8 @@ class TpFeasibilityRequest(_KnownTarget, TargetRequest):
         }
     )
 
-    tp_candidates: list[int] = Field(
-        default=[1, 2, 4, 8, 16],
+    tp_candidates: tuple[int, ...] = Field(
+        default=DEFAULT_TP_CANDIDATES,  # a tuple: no copy of a mutable default per request
         min_length=1,
         max_length=16,
         description="TP degrees to assess (`tp` is ignored).",
@@ -375,7 +376,7 @@ class TpFeasibilityRequest(_KnownTarget, TargetRequest):
     )
 
     def query(self) -> TpFeasibilityQuery:
-        return self.query_of(TpFeasibilityQuery, candidates=tuple(self.tp_candidates))
+        return self.query_of(TpFeasibilityQuery, candidates=self.tp_candidates)
 
 
 class TpCandidateOut(BaseModel):

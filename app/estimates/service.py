@@ -283,7 +283,12 @@ def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Answer[ChunkRecommend
 def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeasibility]:
     """Each of `query.candidates` assessed; the target's own `tp` plays no part (it is resolved
     at tp 1, so a tp the heads cannot take is no 422 here)."""
-    at_tp_1 = replace(query.target, deployment=query.target.deployment.single_gpu())
+    one_gpu = query.target.deployment.single_gpu()
+    at_tp_1 = (
+        query.target
+        if one_gpu is query.target.deployment
+        else replace(query.target, deployment=one_gpu)
+    )
     resolved = target_of(cache, at_tp_1)
     target = resolved.target
     with spec_errors():

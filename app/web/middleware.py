@@ -15,31 +15,21 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.catalog.representations import Representation, Representations, target_of
 from app.logs import REQUEST_ID, JsonFormatter, iso_utc
 from app.web.deps import not_modified
-from app.web.heavy import HeavyWork
 from app.web.memo import ResponseMemo, raw_key
+from app.web.metrics import HttpMetrics
 from app.web.problems import PROBLEM_CONTENT_TYPE, problem_body
 from app.web.route_table import template_of
 
-__all__ = ["AccessLog", "HttpMetrics", "ObservabilityMiddleware", "access_line"]
+__all__ = ["AccessLog", "ObservabilityMiddleware", "access_line"]
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json\s*(;.*)?$", re.IGNORECASE)
@@ -47,81 +37,6 @@ _BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
 _access_log = logging.getLogger("ridgeline.access")
 _ENCODER = json.JSONEncoder()
 _error_log = logging.getLogger("ridgeline.errors")
-
-# Estimates answer in about a millisecond, catalog writes in a few; simulations and plans take
-# seconds, up to the heavy-work timeout.
-_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
-)  # fmt: skip
-
-
-class _HeavyWorkCollector(Collector):
-    """The heavy-work pool's admission and outcomes, read when Prometheus scrapes."""
-
-    def __init__(self, heavy: HeavyWork) -> None:
-        self.heavy = heavy
-
-    def collect(self) -> Iterator[Metric]:
-        jobs = CounterMetricFamily(
-            "ridgeline_heavy_jobs",
-            "Heavy jobs (simulations, plans, charts) by outcome: done, failed (raised or "
-            "timed out), refused (429), cancelled (client gone).",
-            labels=["outcome"],
-        )
-        for outcome, count in self.heavy.outcomes.items():
-            jobs.add_metric([outcome], count)
-        yield jobs
-        yield GaugeMetricFamily(
-            "ridgeline_heavy_jobs_admitted",
-            "Heavy jobs running or queued now.",
-            value=self.heavy.admitted,
-        )
-        yield GaugeMetricFamily(
-            "ridgeline_heavy_jobs_capacity",
-            "Heavy jobs admitted at once before a 429.",
-            value=self.heavy.capacity,
-        )
-
-
-class HttpMetrics:
-    """The request counter and latency histogram, process metrics and the heavy-work pool's
-    figures, in a registry of the app's own."""
-
-    def __init__(self, heavy: HeavyWork | None = None) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        if heavy is not None:
-            self.registry.register(_HeavyWorkCollector(heavy))
-        self.requests = Counter(
-            "ridgeline_http_requests",
-            "HTTP requests by method, route template and status.",
-            ["method", "route", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "ridgeline_http_request_duration_seconds",
-            "Time from the request's arrival to the end of its response, by route template.",
-            ["method", "route"],
-            buckets=_BUCKETS,
-            registry=self.registry,
-        )
-        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-
-    def observe(self, method: str, route: str, status: int, elapsed_s: float) -> None:
-        """Count one request and its latency (the labelled children looked up once per
-        method, route and status: `labels()` costs a lock and a tuple every call)."""
-        key = (method, route, status)
-        children = self._children.get(key)
-        if children is None:
-            children = (
-                self.requests.labels(method, route, str(status)),
-                self.latency.labels(method, route),
-            )
-            self._children[key] = children
-        children[0].inc()
-        children[1].observe(elapsed_s)
 
 
 class _BodyTooLarge(HTTPException):
@@ -149,10 +64,19 @@ def access_line(
     """The access-log line `JsonFormatter` writes for a request's record, made directly."""
     return (
         f'{{"time": "{iso_utc(created)}", "level": "INFO", "logger": "{_access_log.name}", '
-        f'"message": {_ENCODER.encode(f"{method} {path} {status}")}, '
-        f'"request_id": {_ENCODER.encode(request_id)}, "route": {_ENCODER.encode(route)}, '
+        f'"message": {_json_string(f"{method} {path} {status}")}, '
+        f'"request_id": {_json_string(request_id)}, "route": {_json_string(route)}, '
         f'"status": {status}, "duration_ms": {duration_ms!r}}}\n'
     )
+
+
+def _json_string(text: str) -> str:
+    """`text` as a JSON string, as `json` writes it (ASCII only): printable ASCII without a
+    quote or backslash, almost every path and route, is written as it is, without the
+    encoder's escaping pass."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return _ENCODER.encode(text)
 
 
 def _plain_handler() -> logging.StreamHandler[Any] | None:
@@ -395,10 +319,12 @@ class ObservabilityMiddleware:
             if template is None:
                 route = scope.get("route")
                 template = getattr(route, "path", None) or self._template(scope)
-            self._record(scope, template, status, time.perf_counter() - started)
+            self._record(scope, template, status, time.perf_counter() - started, request_id)
             REQUEST_ID.reset(token)
 
-    def _record(self, scope: Scope, template: str, status: int, elapsed_s: float) -> None:
+    def _record(
+        self, scope: Scope, template: str, status: int, elapsed_s: float, request_id: str
+    ) -> None:
         """The request's metrics and its access-log line."""
         method = scope["method"]
         self.metrics.observe(method, template, status, elapsed_s)
@@ -408,7 +334,7 @@ class ObservabilityMiddleware:
             status=status,
             route=template,
             duration_ms=elapsed_s * 1e3,
-            request_id=REQUEST_ID.get() or "",
+            request_id=request_id,
         )
 
     async def _ahead(

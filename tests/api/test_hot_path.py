@@ -25,7 +25,7 @@ from app.db.migrate import upgrade
 from app.logs import REQUEST_ID, JsonFormatter
 from app.web.deps import cached_read
 from app.web.memo import ResponseMemo, raw_key
-from app.web.middleware import access_line
+from app.web.middleware import _json_string, access_line
 from tests.conftest import AUTH, reset_database
 from tests.servers import served
 
@@ -267,9 +267,16 @@ def test_two_workers_serve_one_database_and_stay_current(database: str) -> None:
 # the access log
 
 
-def test_an_access_line_is_what_the_json_formatter_writes() -> None:
+@pytest.mark.parametrize(
+    "path",
+    [
+        '/v1/gpus/"odd\\name\u00e9',  # a quote, a backslash, non-ASCII: escaped
+        "/v1/gpus/h100-sxm5-80gb",  # printable ASCII: written as it is
+        "/v1/gpus/tab\there\x7f",  # control characters: escaped
+    ],
+)
+def test_an_access_line_is_what_the_json_formatter_writes(path: str) -> None:
     access = logging.getLogger("ridgeline.access")
-    path = '/v1/gpus/"odd\\name\u00e9'
     record = access.makeRecord(
         access.name,
         logging.INFO,
@@ -379,3 +386,9 @@ def test_a_read_after_a_write_never_joins_a_fill_begun_before_it() -> None:
     before, after = asyncio.run(around_a_write())
     assert (before.body, after.body) == (b"old", b"new")
     assert cache.get("/v1/gpus") == Representation(b"new", None)
+
+
+def test_json_strings_are_the_encoders_for_every_ascii_character() -> None:
+    for code in range(128):
+        text = f"/a{chr(code)}b"
+        assert _json_string(text) == json.dumps(text), repr(text)
