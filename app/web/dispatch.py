@@ -72,8 +72,12 @@ class StaticDispatch:
             _log.warning("static route dispatch is off: FastAPI's routing internals changed")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Behind a proxy prefix (`root_path`) FastAPI matches the path less the prefix: its own
+        # routing handles those.
         target = (
-            self.table.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+            self.table.get((scope["method"], scope["path"]))
+            if scope["type"] == "http" and not scope.get("root_path")
+            else None
         )
         if target is None:
             await self.generic(scope, receive, send)

@@ -135,6 +135,14 @@ def test_the_route_and_scope_are_fastapis(shadowed: bool) -> None:
     assert table_scope["fastapi"].keys() == fastapi_scope["fastapi"].keys()
 
 
+def test_behind_a_proxy_prefix_fastapi_routes() -> None:
+    app, seen = _scope_app(shadowed=False)
+    install_static_dispatch(app)
+    with TestClient(app, root_path="/api") as client:
+        assert client.get("/items/latest").json() == {"route": "latest"}
+    assert seen[0]["root_path"] == "/api"
+
+
 def test_a_route_added_after_the_table_is_routed_by_fastapi() -> None:
     app, _ = _scope_app(shadowed=False)
     dispatch = install_static_dispatch(app)
