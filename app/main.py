@@ -39,6 +39,7 @@ from app.web.metrics import HttpMetrics
 from app.web.middleware import ObservabilityMiddleware
 from app.web.openapi import install_openapi
 from app.web.problems import install_problem_handlers
+from app.web.state import AppState
 
 __all__ = ["create_app"]
 
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         if settings.opentelemetry
         else {"tracing": False, "metrics": False, "logs": False},
     )
+    app.state = AppState()  # app.state reads on the hot path at plain-attribute cost
     app.state.settings = settings
     app.state.heavy_work = heavy
     app.state.metrics = HttpMetrics(heavy)

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.catalog.representations import Representation, Representations, target_of
 from app.logs import REQUEST_ID, JsonFormatter, iso_utc
-from app.web.deps import lifespan_state, not_modified
+from app.web.deps import not_modified
 from app.web.memo import ResponseMemo, raw_key
 from app.web.metrics import HttpMetrics
 from app.web.problems import PROBLEM_CONTENT_TYPE, problem_body
@@ -344,10 +344,10 @@ class ObservabilityMiddleware:
         while nothing it depends on changed: a catalog read (`app.catalog.representations`)
         or a byte-identical estimate (`app.web.memo`). The route template it counts on when
         answered, else None; and the `receive` the app is to read the request from."""
-        state = lifespan_state(self.fastapi_app)
+        state = self.fastapi_app.state
         method = scope["method"]
         if method == "GET":
-            cache: Representations | None = state.get("representations")
+            cache: Representations | None = getattr(state, "representations", None)
             kept = (
                 cache.get(target_of(scope["path"], scope["query_string"]))
                 if cache is not None
@@ -357,12 +357,10 @@ class ObservabilityMiddleware:
                 await _send_kept(send, kept, headers.get(b"if-none-match"))
                 return kept.route, receive
         elif method == "POST":
-            memo: ResponseMemo | None = state.get("response_memo")
+            memo: ResponseMemo | None = getattr(state, "response_memo", None)
             if memo is not None and scope["path"] in memo.raw_paths:
                 body = await _read_body(receive)
-                answer = memo.get_raw(
-                    raw_key(scope, headers, body), state["spec_cache"].generations
-                )
+                answer = memo.get_raw(raw_key(scope, headers, body), state.spec_cache.generations)
                 if answer is None:
                     return None, _replay(body, receive)
                 await _send_json(send, answer)

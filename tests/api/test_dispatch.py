@@ -1,6 +1,7 @@
 """Static route dispatch (`app.web.dispatch`): a request for a path without parameters reaches
 the route FastAPI's own routing would pick, with the same scope, and everything else is routed
-by FastAPI unchanged. And FastAPI's native telemetry, off unless asked for."""
+by FastAPI unchanged. And FastAPI's native telemetry, off unless asked for; `app.state` as plain
+attributes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.web.dispatch import StaticDispatch, install_static_dispatch
 from app.web.heavy import HeavyWork
+from app.web.state import AppState
 from tests.conftest import AUTH
 
 PREFILL = {"model": "llama-3-8b", "gpu": "l4-24gb", "prompt_tokens": 2048}
@@ -175,3 +177,18 @@ def test_opentelemetry_is_asked_for_only_when_turned_on(
         for _ in range(3):
             assert client.get("/healthz").status_code == 200
     assert (len(asked) >= 3) is opentelemetry
+
+
+def test_app_state_reads_as_plain_attributes_and_behaves_as_state(app: FastAPI) -> None:
+    assert isinstance(app.state, AppState)
+    state = AppState()
+    state.cache = {"a": 1}
+    assert state.cache == {"a": 1}
+    assert vars(state)["cache"] is state._state["cache"]  # a plain attribute, and State's entry
+    state.cache = None
+    assert state.cache is None and state._state["cache"] is None
+    del state.cache
+    assert "cache" not in state._state and "cache" not in vars(state)
+    with pytest.raises(AttributeError):
+        _ = state.cache
+    assert getattr(state, "cache", "missing") == "missing"
