@@ -196,13 +196,14 @@ def recommend_chunk_size(
     budget_s = itl_slo_ms / MS_PER_S
 
     seqs, context = decode.decode_seqs, decode.decode_context_tokens
+    step_seconds = cost.step_seconds_function()
 
     def worst_step_s(chunk: int) -> float:
         # The deepest chunk of the long prompt: c = long - chunk cached tokens before it
         # (`prefill_load(chunk, cached_tokens=c)`), beside the decodes.
         cached = max(0, long_prompt_tokens - chunk)
         pairs = pairs_for_chunk(chunk, cached, causal=True)
-        return cost.step_seconds(chunk, 1, pairs, cached + chunk, seqs, context)
+        return step_seconds(chunk, 1, pairs, cached + chunk, seqs, context)
 
     # Article A: chunk <= T_max * peak / FLOPs_per_token, linear FLOPs and datasheet peak.
     # Per GPU: its peak over its share of the linear FLOPs per token (the ratio tp cancels).

@@ -133,70 +133,54 @@ def _infeasible(deployment: Deployment, model: ModelSpec, reason: str) -> TpCand
     )
 
 
-def _candidate(
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What one layout fixes whatever the workload: its memory plan and cost model, and the
+    reasons that depend on them alone (`_layout`)."""
+
+    plan: MemoryPlan
+    cost: StepCostModel
+    replication: float
+    weights_reason: str | None
+    """Why the weights do not fit; None when they do."""
+    reasons: tuple[str, ...]
+    """Said after the memory reason: KV-head replication, MLA, and the layout's own."""
+
+
+def _layout(
     model: ModelSpec,
     gpu: GpuSpec,
     deployment: Deployment,
     efficiency: Efficiency,
     *,
     params: ParamCount,
-    prefill: StepLoad,
-    decode: StepLoad,
-    context_tokens: int,
-    kv_tokens: float,
-    batch_size: int,
-    ttft_slo_ms: float | None,
-    tpot_slo_ms: float | None,
     gpu_memory_utilization: float,
     max_num_batched_tokens: int,
-    kept: StepCostModel | None,
-) -> TpCandidate:
-    """One TP degree. What does not depend on tp comes in: `params` (`count_params(model)`),
-    the `prefill` and `decode` steps whose times are TTFT and TPOT, and `kv_tokens`, the
-    cache slots one sequence of `context_tokens` takes (`kv_tokens_per_sequence`); `kept`, a
-    cost model of the same model, GPU and efficiency that keeps the layout's memory plan and
-    cost model (`_plan_and_cost`)."""
-    tp = deployment.tp
+) -> _Layout | TpCandidate:
+    """A layout's workload-free part, or its infeasible candidate when it cannot split the
+    model."""
     try:
         validate_layout(model, deployment)
     except SpecError as error:
         return _infeasible(deployment, model, error.message)
-    plan, cost = _plan_and_cost(
+    plan = memory_plan(
         model,
         gpu,
         deployment,
-        efficiency,
-        params=params,
         gpu_memory_utilization=gpu_memory_utilization,
         max_num_batched_tokens=max_num_batched_tokens,
-        kept=kept,
+        params=params,
     )
-    per_sequence = kv_tokens * plan.kv_bytes_per_token
-    # Each attention data-parallel rank caches its own share of the batch.
-    per_rank = -(-batch_size // deployment.dp)
-    needed = plan.weights_bytes + plan.activation_reserve_bytes + per_rank * per_sequence
-    fits = needed <= plan.usable_bytes
-    reasons: list[str] = []
-    kv_heads = model.num_kv_heads
+    tp, kv_heads = deployment.tp, model.num_kv_heads
     replication = tp / kv_heads if tp > kv_heads else 1.0
+    weights_reason = None
     if not plan.fits_weights:
-        reasons.append(
+        weights_reason = (
             f"weights do not fit: {plan.weights_bytes / GB:.1f} GB of weights and "
             f"{plan.activation_reserve_bytes / GB:.1f} GB of activations per GPU exceed the "
             f"{plan.usable_bytes / GB:.1f} GB usable"
         )
-    elif not fits:
-        reasons.append(
-            f"{batch_size} sequence(s) of {context_tokens} tokens need "
-            f"{per_rank * per_sequence / GB:.2f} GB of KV cache per GPU; only "
-            f"{plan.kv_pool_bytes / GB:.2f} GB is left after weights and activations"
-        )
-    else:
-        reasons.append(
-            f"fits: {plan.weights_bytes / GB:.1f} GB of weights per GPU leaves a "
-            f"{plan.kv_pool_bytes / GB:.1f} GB KV pool ({plan.kv_pool_bytes / per_sequence:.0f} "
-            f"sequences of {context_tokens} tokens)"
-        )
+    reasons: list[str] = []
     if replication > 1:
         extra = plan.kv_bytes_per_token * (1.0 - 1.0 / replication)
         reasons.append(
@@ -206,26 +190,69 @@ def _candidate(
         )
     if model.mla is not None and tp > 1:
         reasons.append(
-            f"MLA: the latent KV cache ({plan.kv_bytes_per_token:.0f} bytes per token) is the "
-            f"same on every GPU at any tp (tp splits heads; the latent belongs to none), so tp "
-            f"{tp} holds {tp}x the cache of one copy; attention data parallelism (dp) splits "
-            "the sequences instead and each GPU caches only its own"
+            f"MLA: the latent KV cache ({plan.kv_bytes_per_token:.0f} bytes per token) is "
+            f"the same on every GPU at any tp (tp splits heads; the latent belongs to none), "
+            f"so tp {tp} holds {tp}x the cache of one copy; attention data parallelism (dp) "
+            "splits the sequences instead and each GPU caches only its own"
         )
-    prefill_s, decode_s = cost.seconds(prefill), cost.seconds(decode)
+    reasons.extend(layout_reasons(model, deployment))
+    cost = StepCostModel(model, gpu, deployment, efficiency)
+    return _Layout(plan, cost, replication, weights_reason, tuple(reasons))
+
+
+def _candidate(
+    deployment: Deployment,
+    layout: _Layout,
+    *,
+    prefill: StepLoad,
+    decode: StepLoad,
+    prefill_fields: tuple[int, int, float, int, int, int],
+    decode_fields: tuple[int, int, float, int, int, int],
+    context_tokens: int,
+    kv_tokens: float,
+    batch_size: int,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+) -> TpCandidate:
+    """One layout that splits the model, for this workload: the `prefill` and `decode` steps
+    whose times are TTFT and TPOT (and their `fields()`, taken once for every layout), and
+    `kv_tokens`, the cache slots one sequence of `context_tokens` takes
+    (`kv_tokens_per_sequence`)."""
+    plan, cost = layout.plan, layout.cost
+    per_sequence = kv_tokens * plan.kv_bytes_per_token
+    # Each attention data-parallel rank caches its own share of the batch.
+    per_rank = -(-batch_size // deployment.dp)
+    needed = plan.weights_bytes + plan.activation_reserve_bytes + per_rank * per_sequence
+    fits = needed <= plan.usable_bytes
+    if layout.weights_reason is not None:
+        memory_reason = layout.weights_reason
+    elif not fits:
+        memory_reason = (
+            f"{batch_size} sequence(s) of {context_tokens} tokens need "
+            f"{per_rank * per_sequence / GB:.2f} GB of KV cache per GPU; only "
+            f"{plan.kv_pool_bytes / GB:.2f} GB is left after weights and activations"
+        )
+    else:
+        memory_reason = (
+            f"fits: {plan.weights_bytes / GB:.1f} GB of weights per GPU leaves a "
+            f"{plan.kv_pool_bytes / GB:.1f} GB KV pool ({plan.kv_pool_bytes / per_sequence:.0f} "
+            f"sequences of {context_tokens} tokens)"
+        )
+    step_seconds = cost.step_seconds_function()
+    prefill_s, decode_s = step_seconds(*prefill_fields), step_seconds(*decode_fields)
     ttft_ms, tpot_ms = prefill_s * MS_PER_S, decode_s * MS_PER_S
     meets: bool | None = None
     if ttft_slo_ms is not None or tpot_slo_ms is not None:
         meets = (ttft_slo_ms is None or ttft_ms <= ttft_slo_ms) and (
             tpot_slo_ms is None or tpot_ms <= tpot_slo_ms
         )
-    reasons.extend(layout_reasons(model, deployment))
     return TpCandidate(
-        tp=tp,
+        tp=deployment.tp,
         pp=deployment.pp,
         dp=deployment.dp,
         ep=deployment.ep,
         splits_evenly=True,
-        kv_head_replication=replication,
+        kv_head_replication=layout.replication,
         fits_memory=fits,
         weights_bytes_per_gpu=plan.weights_bytes,
         kv_bytes_per_token_per_gpu=plan.kv_bytes_per_token,
@@ -236,57 +263,29 @@ def _candidate(
         communication_share_prefill=cost.communication_seconds(prefill) / prefill_s,
         communication_share_decode=cost.communication_seconds(decode) / decode_s,
         meets_latency_goal=meets,
-        reasons=tuple(reasons),
+        reasons=(memory_reason, *layout.reasons),
     )
-
-
-def _plan_and_cost(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
-    *,
-    params: ParamCount,
-    gpu_memory_utilization: float,
-    max_num_batched_tokens: int,
-    kept: StepCostModel | None,
-) -> tuple[MemoryPlan, StepCostModel]:
-    """The memory plan and the cost model of one layout that splits the model; kept on `kept`
-    (`StepCostModel.derived`) when given, so that a service asking about the same target
-    builds them once."""
-
-    def make() -> tuple[MemoryPlan, StepCostModel]:
-        plan = memory_plan(
-            model,
-            gpu,
-            deployment,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_batched_tokens=max_num_batched_tokens,
-            params=params,
-        )
-        return plan, StepCostModel(model, gpu, deployment, efficiency)
-
-    if kept is None:
-        return make()
-    key = ("tp_candidate", deployment, gpu_memory_utilization, max_num_batched_tokens)
-    return kept.derived(key, make)
 
 
 def _weighed(
     model: ModelSpec,
     gpu: GpuSpec,
+    efficiency: Efficiency,
     base: Deployment,
     *,
     candidates: Sequence[int],
     layouts: bool,
     gpus_per_node: int,
     params: ParamCount,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
     kept: StepCostModel | None,
-) -> tuple[Deployment, ...]:
-    """The layouts `assess_tp` weighs, in `base`'s formats, smallest replica first; kept on
-    `kept` (`StepCostModel.derived`) when given."""
+) -> tuple[tuple[Deployment, _Layout | TpCandidate], ...]:
+    """The layouts `assess_tp` weighs, in `base`'s formats, smallest replica first, each with
+    its workload-free part (`_layout`); kept on `kept` (`StepCostModel.derived`) when given, so
+    that a service asking about the same target builds them once."""
 
-    def make() -> tuple[Deployment, ...]:
+    def make() -> tuple[tuple[Deployment, _Layout | TpCandidate], ...]:
         formats = Deployment(1, base.weight_dtype, base.kv_dtype, base.activation_dtype)
         deployments = [replace(formats, tp=tp) for tp in sorted(set(candidates))]
         if layouts:
@@ -298,14 +297,28 @@ def _weighed(
                 gpus_per_node=gpus_per_node,
                 params=params,
             )
-        return tuple(sorted(deployments, key=lambda d: (d.gpus, d.tp, d.ep)))
+        deployments.sort(key=lambda d: (d.gpus, d.tp, d.ep))
+        return tuple(
+            (
+                deployment,
+                _layout(
+                    model,
+                    gpu,
+                    deployment,
+                    efficiency,
+                    params=params,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    max_num_batched_tokens=max_num_batched_tokens,
+                ),
+            )
+            for deployment in deployments
+        )
 
     if kept is None:
         return make()
     formats_key = (base.weight_dtype, base.kv_dtype, base.activation_dtype)
-    return kept.derived(
-        ("tp_layouts", formats_key, tuple(candidates), layouts, gpus_per_node), make
-    )
+    settings = (gpus_per_node, gpu_memory_utilization, max_num_batched_tokens)
+    return kept.derived(("tp_layouts", formats_key, tuple(candidates), layouts, settings), make)
 
 
 def _alternatives(
@@ -410,36 +423,38 @@ def assess_tp(
     decode = decode_load(batch_size, context_tokens)
     kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
     kv_tokens = kv_slots(model, context_tokens, block_tokens)
+    prefill_fields, decode_fields = prefill.fields(), decode.fields()
 
-    deployments = _weighed(
+    weighed = _weighed(
         model,
         gpu,
+        efficiency,
         base,
         candidates=candidates,
         layouts=layouts,
         gpus_per_node=gpus_per_node,
         params=params,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
         kept=kept,
     )
     results = tuple(
-        _candidate(
-            model,
-            gpu,
+        layout
+        if isinstance(layout, TpCandidate)
+        else _candidate(
+            deployment,
             layout,
-            efficiency,
-            params=params,
             prefill=prefill,
             decode=decode,
+            prefill_fields=prefill_fields,
+            decode_fields=decode_fields,
             context_tokens=context_tokens,
             kv_tokens=kv_tokens,
             batch_size=batch_size,
             ttft_slo_ms=ttft_slo_ms,
             tpot_slo_ms=tpot_slo_ms,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_batched_tokens=max_num_batched_tokens,
-            kept=kept,
         )
-        for layout in deployments
+        for deployment, layout in weighed
     )
     usable = [c for c in results if c.feasible]
     goal = ttft_slo_ms is not None or tpot_slo_ms is not None

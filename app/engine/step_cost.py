@@ -166,6 +166,7 @@ class StepCostModel:
         "_router_w",
         "_rows_memo",
         "_stage_s_per_token",
+        "_step_function",
         "_windowed",
         "attention_dtype",
         "coefficients",
@@ -269,12 +270,23 @@ class StepCostModel:
             layout_communication(model, gpu, deployment, efficiency, c)
         )
         self._has_layout_comm = deployment.is_layout
+        self._start_caches()
+
+    def _start_caches(self) -> None:
         # Whole token counts -> the linear op classes' seconds (`_rows_seconds`), and whole
         # sequence counts -> the LM head's (`_head_seconds`): pure functions of one count each,
         # so `step_seconds` adds the same floats in the same order from the memos.
         self._rows_memo: dict[int, float] = {}
         self._head_memo: dict[int, float] = {}
         self._derived: dict[Hashable, Any] = {}
+        self._step_function: Callable[[int, int, float, int, int, int], float] | None = None
+
+    def __getstate__(self) -> object:
+        """Pickled (for the process pool) without `step_seconds_function`'s closure, which a
+        copy builds again on first use."""
+        # A class with __slots__ and no __dict__: (None, {slot: value}).
+        state: tuple[None, dict[str, Any]] = super().__getstate__()  # type: ignore[assignment]
+        return state[0], {**state[1], "_step_function": None}
 
     def derived(self, key: Hashable, make: Callable[[], T]) -> T:
         """What `make()` computes from this model's specs alone (no load), kept on the model
@@ -309,7 +321,7 @@ class StepCostModel:
 
     def seconds(self, load: StepLoad) -> float:
         """Seconds one forward step of `load` takes (equal to `breakdown(load).total_s`)."""
-        return self.step_seconds(
+        return self.step_seconds_function()(
             load.prefill_tokens,
             load.prefill_chunks,
             load.prefill_attention_pairs,
@@ -380,8 +392,15 @@ class StepCostModel:
     def step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
         """`step_seconds` for whole counts as a closure over this model's constants: the same
         floats in the same order, about twice as fast (the simulator times each step that
-        has prefill work with it). `step_seconds` itself for a subclass that overrides it and
-        for layouts with data-parallel ranks, windowed layers or communication beyond TP."""
+        has prefill work with it, and searches their candidate steps). `step_seconds` itself
+        for a subclass that overrides it and for layouts with data-parallel ranks, windowed
+        layers or communication beyond TP. Built once per model."""
+        function = self._step_function
+        if function is None:
+            function = self._step_function = self._step_seconds_function()
+        return function
+
+    def _step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
         if (
             type(self).step_seconds is not StepCostModel.step_seconds
             or self._dp > 1
@@ -666,18 +685,19 @@ class StepCostModel:
                 crossing = (memory0 - compute0) / (compute_slope - memory_slope)
                 if 0.0 <= crossing < count - 1:
                     kinks.add(math.floor(crossing))
+        step_seconds = self.step_seconds_function()
         total, start = 0.0, 0
         for end in [*sorted(kinks), count - 1]:
             if end < start:
                 continue
-            edge_sum = self.step_seconds(
+            edge_sum = step_seconds(
                 tokens,
                 chunks,
                 pairs + start * pairs_step,
                 kv_tokens + start * kv_step,
                 seqs,
                 context + start * context_step,
-            ) + self.step_seconds(
+            ) + step_seconds(
                 tokens,
                 chunks,
                 pairs + end * pairs_step,

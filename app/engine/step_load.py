@@ -35,6 +35,17 @@ class StepLoad:
         """Rows through the linear layers."""
         return self.prefill_tokens + self.decode_seqs
 
+    def fields(self) -> tuple[int, int, float, int, int, int]:
+        """The fields in order: the positional arguments of `StepCostModel.step_seconds`."""
+        return (
+            self.prefill_tokens,
+            self.prefill_chunks,
+            self.prefill_attention_pairs,
+            self.prefill_kv_tokens,
+            self.decode_seqs,
+            self.decode_context_tokens,
+        )
+
     def __add__(self, other: StepLoad) -> StepLoad:
         """The two loads in one step (a prefill chunk beside the running decodes)."""
         return StepLoad(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.engine.counting import OpClass
 from app.engine.dtypes import DType
+from app.engine.parallelism import assess_tp
 from app.engine.specs import Deployment, Efficiency, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
@@ -255,3 +258,16 @@ def test_derived_values_are_made_once_and_the_store_is_bounded() -> None:
         cost.derived(("other", i), lambda: 0)
     assert cost.derived(("answer", 1), make) == 42
     assert len(made) == 2
+
+
+def test_a_cost_model_in_use_still_pickles() -> None:
+    """The process pool receives cost models by pickle: one that has built its step closure
+    and kept TP layouts (`derived`) arrives whole, times steps alike and rebuilds the closure."""
+    cost = StepCostModel(LLAMA3_70B, H100, Deployment(), Efficiency())
+    load = decode_load(8, 1000) + prefill_load(512, cached_tokens=300)
+    expected = cost.step_seconds_function()(*load.fields())
+    assess = assess_tp(LLAMA3_70B, H100, Deployment(), Efficiency(), cost=cost)
+    copy = pickle.loads(pickle.dumps(cost))
+    assert copy.seconds(load) == expected
+    assert copy.step_seconds_function()(*load.fields()) == expected
+    assert assess_tp(LLAMA3_70B, H100, Deployment(), Efficiency(), cost=copy) == assess

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from app.engine.counting import (
     OpClass,
@@ -382,6 +382,87 @@ class ProfiledStepCost(StepCostModel):
             total += self._layout_seconds(replica_tokens)
         return total + self._profile_overhead.seconds(sequences, tokens)
 
+    def _step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
+        """`step_seconds` as a closure over this timer's memos and constants: the same floats
+        in the same order, with the memo reads inline (searches and the simulator time many
+        steps). `step_seconds` itself for a subclass that overrides it and for layouts with
+        data-parallel ranks, windowed layers or exchanges beyond TP."""
+        if (
+            type(self).step_seconds is not ProfiledStepCost.step_seconds
+            or self._dp > 1
+            or self._windowed
+            or self._has_layout_comm
+        ):
+            return self.step_seconds
+        linear_memo, linear = self._linear_memo, self._linear
+        lm_memo, lm = self._lm_memo, self._lm
+        moe = self._moe if self._has_moe else None
+        prefill_memo, prefill_attn = self._prefill_memo, self._prefill_attn
+        decode_memo, decode_attn = self._decode_memo, self._decode_attn
+        measured_prefill = self._prefill_attention is not None
+        measured_decode = self._decode_attention is not None
+        graph_rows = self._graph_rows
+        communication = self._communication if self._tp > 1 else None
+        overhead = self._profile_overhead
+        step_ms, per_sequence_ms = overhead.step_ms, overhead.per_sequence_ms
+        per_token_ms = overhead.per_token_ms
+        sqrt = math.sqrt
+
+        def step_seconds(  # noqa: PLR0917 - StepLoad's fields, as `step_seconds` takes them
+            prefill_tokens: int,
+            prefill_chunks: int,
+            prefill_attention_pairs: float,
+            prefill_kv_tokens: int,
+            decode_seqs: int,
+            decode_context_tokens: int,
+        ) -> float:
+            tokens = prefill_tokens + decode_seqs
+            if tokens <= 0:
+                return 0.0
+            sequences = prefill_chunks + decode_seqs
+            rows = replica_tokens = tokens
+            if not prefill_tokens:
+                rows = sequences = replica_tokens = graph_rows(decode_seqs)
+            total = linear_memo.get(rows)
+            if total is None:
+                total = linear(rows)
+            if moe is not None:
+                total += moe(rows, replica_tokens)
+            if sequences > 0:
+                lm_s = lm_memo.get(sequences)
+                total += lm(sequences) if lm_s is None else lm_s
+            if prefill_tokens > 0:
+                # `_prefill_attn`, its memo read here first.
+                found = (
+                    prefill_memo.get(
+                        (
+                            prefill_chunks,
+                            round(sqrt(2.0 * prefill_attention_pairs / prefill_chunks)),
+                        )
+                    )
+                    if measured_prefill and prefill_chunks > 0
+                    else None
+                )
+                if found is None or found < 0.0:
+                    found = prefill_attn(
+                        prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
+                    )
+                total += found
+            if decode_seqs > 0:
+                found = (
+                    decode_memo.get((decode_seqs, round(decode_context_tokens / decode_seqs)))
+                    if measured_decode
+                    else None
+                )
+                if found is None or found < 0.0:
+                    found = decode_attn(decode_seqs, decode_context_tokens)
+                total += found
+            if communication is not None:
+                total += communication(tokens)
+            return total + (step_ms + per_sequence_ms * sequences + per_token_ms * tokens) / 1000.0
+
+        return step_seconds
+
     def _graph_rows(self, seqs: int) -> int:
         """The batch a decode-only step of `seqs` sequences runs at: the smallest CUDA-graph
         size the engine captured that holds it (`graph_sizes`); `seqs` beyond the largest, or
@@ -452,7 +533,7 @@ class ProfiledStepCost(StepCostModel):
             return 0.0
         if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
             raise ValueError("sum_seconds: only attention fields of `step` may vary")
-        return trapezoid_sum(self.step_seconds, first, step, count)
+        return trapezoid_sum(self.step_seconds_function(), first, step, count)
 
 
 _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}

@@ -273,8 +273,8 @@ def summarise(
     arrival_s = trace.arrival_s if sent_s is None else sent_s
     times = RequestTimes(
         arrival_s=arrival_s,
-        first_token_s=np.array(run.first_token_s) + request_overhead_s,
-        finish_s=np.array(run.finish_s) + request_overhead_s,
+        first_token_s=np.frombuffer(run.first_token_s, dtype=np.float64) + request_overhead_s,
+        finish_s=np.frombuffer(run.finish_s, dtype=np.float64) + request_overhead_s,
         output_tokens=trace.output_tokens,
     )
     done = ~times.rejected
