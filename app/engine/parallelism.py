@@ -206,8 +206,6 @@ def _candidate(
     *,
     prefill: StepLoad,
     decode: StepLoad,
-    prefill_fields: tuple[int, int, float, int, int, int],
-    decode_fields: tuple[int, int, float, int, int, int],
     context_tokens: int,
     kv_tokens: float,
     batch_size: int,
@@ -215,9 +213,8 @@ def _candidate(
     tpot_slo_ms: float | None,
 ) -> TpCandidate:
     """One layout that splits the model, for this workload: the `prefill` and `decode` steps
-    whose times are TTFT and TPOT (and their `fields()`, taken once for every layout), and
-    `kv_tokens`, the cache slots one sequence of `context_tokens` takes
-    (`kv_tokens_per_sequence`)."""
+    whose times are TTFT and TPOT, and `kv_tokens`, the cache slots one sequence of
+    `context_tokens` takes (`kv_tokens_per_sequence`)."""
     plan, cost = layout.plan, layout.cost
     per_sequence = kv_tokens * plan.kv_bytes_per_token
     # Each attention data-parallel rank caches its own share of the batch.
@@ -239,7 +236,7 @@ def _candidate(
             f"sequences of {context_tokens} tokens)"
         )
     step_seconds = cost.step_seconds_function()
-    prefill_s, decode_s = step_seconds(*prefill_fields), step_seconds(*decode_fields)
+    prefill_s, decode_s = step_seconds(*prefill.fields()), step_seconds(*decode.fields())
     ttft_ms, tpot_ms = prefill_s * MS_PER_S, decode_s * MS_PER_S
     meets: bool | None = None
     if ttft_slo_ms is not None or tpot_slo_ms is not None:
@@ -423,7 +420,6 @@ def assess_tp(
     decode = decode_load(batch_size, context_tokens)
     kv_tokens_per_sequence(context_tokens, block_tokens)  # validates the sizes
     kv_tokens = kv_slots(model, context_tokens, block_tokens)
-    prefill_fields, decode_fields = prefill.fields(), decode.fields()
 
     weighed = _weighed(
         model,
@@ -446,8 +442,6 @@ def assess_tp(
             layout,
             prefill=prefill,
             decode=decode,
-            prefill_fields=prefill_fields,
-            decode_fields=decode_fields,
             context_tokens=context_tokens,
             kv_tokens=kv_tokens,
             batch_size=batch_size,

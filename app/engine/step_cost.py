@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable
 from itertools import starmap
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from app.engine.counting import (
     CountTotals,
@@ -118,6 +118,9 @@ class StepCostModel:
     Raises `SpecError` when the deployment is impossible: `tp` that cannot split the heads, a
     weight format the GPU cannot compute in.
     """
+
+    _REBUILT_ON_USE: ClassVar[tuple[str, ...]] = ("_step_function",)
+    """Slots holding closures, left out of a pickle (`__getstate__`)."""
 
     __slots__ = (
         "_absorb_c",
@@ -282,11 +285,11 @@ class StepCostModel:
         self._step_function: Callable[[int, int, float, int, int, int], float] | None = None
 
     def __getstate__(self) -> object:
-        """Pickled (for the process pool) without `step_seconds_function`'s closure, which a
-        copy builds again on first use."""
+        """Pickled (for the process pool) without its step closures (`_REBUILT_ON_USE`),
+        which a copy builds again on first use."""
         # A class with __slots__ and no __dict__: (None, {slot: value}).
         state: tuple[None, dict[str, Any]] = super().__getstate__()  # type: ignore[assignment]
-        return state[0], {**state[1], "_step_function": None}
+        return state[0], {**state[1], **dict.fromkeys(self._REBUILT_ON_USE)}
 
     def derived(self, key: Hashable, make: Callable[[], T]) -> T:
         """What `make()` computes from this model's specs alone (no load), kept on the model

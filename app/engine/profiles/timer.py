@@ -87,6 +87,9 @@ class ProfiledStepCost(StepCostModel):
     bounds, coefficients). `efficiency` is the roofline's for shapes the profile does not cover
     (default: the profile's fitted efficiencies)."""
 
+    _REBUILT_ON_USE = ("_step_function", "_measured_step")
+    """Slots holding closures, left out of a pickle (`StepCostModel.__getstate__`)."""
+
     __slots__ = (
         "_allreduce",
         "_decode_attention",
@@ -97,6 +100,7 @@ class ProfiledStepCost(StepCostModel):
         "_linear_memo",
         "_lm_curve",
         "_lm_memo",
+        "_measured_step",
         "_moe_curve",
         "_o_curve",
         "_parts_memo",
@@ -187,6 +191,7 @@ class ProfiledStepCost(StepCostModel):
         self._parts_memo: dict[int, tuple[float, float, float]] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._decode_memo: dict[tuple[int, int], float] = {}
+        self._measured_step: Callable[[int, int, float, int, int, int], float] | None = None
         self.basis = self._basis()
 
     @property
@@ -331,82 +336,47 @@ class ProfiledStepCost(StepCostModel):
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> float:
-        tokens = prefill_tokens + decode_seqs
-        if tokens <= 0:
-            return 0.0
-        replica_tokens = tokens
-        if self._dp > 1 or self._windowed:
-            (
-                prefill_tokens,
-                prefill_chunks,
-                prefill_attention_pairs,
-                prefill_kv_tokens,
-                decode_seqs,
-                decode_context_tokens,
-            ) = self._rank_view(  # type: ignore[assignment]
-                prefill_tokens,
-                prefill_chunks,
-                prefill_attention_pairs,
-                prefill_kv_tokens,
-                decode_seqs,
-                decode_context_tokens,
-            )
-            tokens = prefill_tokens + decode_seqs
-        sequences = prefill_chunks + decode_seqs
-        rows = tokens
-        if not prefill_tokens:
-            # A decode-only step replays the CUDA graph captured at the next batch size up.
-            rows = sequences = self._graph_rows(decode_seqs)
-            if self._dp == 1:
-                replica_tokens = rows
-        # The memos read here first (a call less per step on the simulator's hot path).
-        total = self._linear_memo.get(rows)
-        if total is None:
-            total = self._linear(rows)
-        if self._has_moe:
-            total += self._moe(rows, replica_tokens)
-        if sequences > 0:
-            lm_s = self._lm_memo.get(sequences)
-            total += self._lm(sequences) if lm_s is None else lm_s
-        if prefill_tokens > 0:
-            total += self._prefill_attn(
-                prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
-            )
-        if decode_seqs > 0:
-            total += self._decode_attn(decode_seqs, decode_context_tokens)
-        # Communication and layout exchanges in order; without tp or a layout they are 0 s,
-        # and adding 0.0 changes nothing.
-        if self._tp > 1:
-            total += self._communication(tokens)
-        if self._has_layout_comm:
-            total += self._layout_seconds(replica_tokens)
-        return total + self._profile_overhead.seconds(sequences, tokens)
+        """Seconds of the step with these `StepLoad` fields: the measured step closure's."""
+        return self._measured()(
+            prefill_tokens,
+            prefill_chunks,
+            prefill_attention_pairs,
+            prefill_kv_tokens,
+            decode_seqs,
+            decode_context_tokens,
+        )
 
     def _step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
-        """`step_seconds` as a closure over this timer's memos and constants: the same floats
-        in the same order, with the memo reads inline (searches and the simulator time many
-        steps). `step_seconds` itself for a subclass that overrides it and for layouts with
-        data-parallel ranks, windowed layers or exchanges beyond TP."""
-        if (
-            type(self).step_seconds is not ProfiledStepCost.step_seconds
-            or self._dp > 1
-            or self._windowed
-            or self._has_layout_comm
-        ):
+        """The measured step closure itself (searches and the simulator call it without the
+        method's indirection); a subclass's own `step_seconds` when it overrides it."""
+        if type(self).step_seconds is not ProfiledStepCost.step_seconds:
             return self.step_seconds
+        return self._measured()
+
+    def _measured(self) -> Callable[[int, int, float, int, int, int], float]:
+        """`_measured_step_seconds()`, built on first use and kept."""
+        measured = self._measured_step
+        if measured is None:
+            measured = self._measured_step = self._measured_step_seconds()
+        return measured
+
+    def _measured_step_seconds(self) -> Callable[[int, int, float, int, int, int], float]:
+        """A step's seconds as a closure over this timer's memos and constants: each op
+        class measured where the profile holds it (the linear memos read inline), else the
+        roofline's, communication and the engine's overhead; an attention data-parallel or
+        windowed layout timed on one rank's view."""
+        rank_view = self._rank_view if self._dp > 1 or self._windowed else None
+        one_rank = self._dp == 1
         linear_memo, linear = self._linear_memo, self._linear
         lm_memo, lm = self._lm_memo, self._lm
         moe = self._moe if self._has_moe else None
-        prefill_memo, prefill_attn = self._prefill_memo, self._prefill_attn
-        decode_memo, decode_attn = self._decode_memo, self._decode_attn
-        measured_prefill = self._prefill_attention is not None
-        measured_decode = self._decode_attention is not None
+        prefill_attn, decode_attn = self._prefill_attn, self._decode_attn
         graph_rows = self._graph_rows
+        # Communication and layout exchanges; without tp or a layout they are 0 s (skipped:
+        # adding 0.0 changes nothing).
         communication = self._communication if self._tp > 1 else None
-        overhead = self._profile_overhead
-        step_ms, per_sequence_ms = overhead.step_ms, overhead.per_sequence_ms
-        per_token_ms = overhead.per_token_ms
-        sqrt = math.sqrt
+        layout_seconds = self._layout_seconds if self._has_layout_comm else None
+        overhead = self._profile_overhead.seconds
 
         def step_seconds(  # noqa: PLR0917 - StepLoad's fields, as `step_seconds` takes them
             prefill_tokens: int,
@@ -419,10 +389,31 @@ class ProfiledStepCost(StepCostModel):
             tokens = prefill_tokens + decode_seqs
             if tokens <= 0:
                 return 0.0
+            replica_tokens = tokens
+            if rank_view is not None:
+                (
+                    prefill_tokens,
+                    prefill_chunks,
+                    prefill_attention_pairs,
+                    prefill_kv_tokens,
+                    decode_seqs,
+                    decode_context_tokens,
+                ) = rank_view(  # type: ignore[assignment]
+                    prefill_tokens,
+                    prefill_chunks,
+                    prefill_attention_pairs,
+                    prefill_kv_tokens,
+                    decode_seqs,
+                    decode_context_tokens,
+                )
+                tokens = prefill_tokens + decode_seqs
             sequences = prefill_chunks + decode_seqs
-            rows = replica_tokens = tokens
+            rows = tokens
             if not prefill_tokens:
-                rows = sequences = replica_tokens = graph_rows(decode_seqs)
+                # A decode-only step replays the CUDA graph captured at the next batch size up.
+                rows = sequences = graph_rows(decode_seqs)
+                if one_rank:
+                    replica_tokens = rows
             total = linear_memo.get(rows)
             if total is None:
                 total = linear(rows)
@@ -432,34 +423,16 @@ class ProfiledStepCost(StepCostModel):
                 lm_s = lm_memo.get(sequences)
                 total += lm(sequences) if lm_s is None else lm_s
             if prefill_tokens > 0:
-                # `_prefill_attn`, its memo read here first.
-                found = (
-                    prefill_memo.get(
-                        (
-                            prefill_chunks,
-                            round(sqrt(2.0 * prefill_attention_pairs / prefill_chunks)),
-                        )
-                    )
-                    if measured_prefill and prefill_chunks > 0
-                    else None
+                total += prefill_attn(
+                    prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
                 )
-                if found is None or found < 0.0:
-                    found = prefill_attn(
-                        prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
-                    )
-                total += found
             if decode_seqs > 0:
-                found = (
-                    decode_memo.get((decode_seqs, round(decode_context_tokens / decode_seqs)))
-                    if measured_decode
-                    else None
-                )
-                if found is None or found < 0.0:
-                    found = decode_attn(decode_seqs, decode_context_tokens)
-                total += found
+                total += decode_attn(decode_seqs, decode_context_tokens)
             if communication is not None:
                 total += communication(tokens)
-            return total + (step_ms + per_sequence_ms * sequences + per_token_ms * tokens) / 1000.0
+            if layout_seconds is not None:
+                total += layout_seconds(replica_tokens)
+            return total + overhead(sequences, tokens)
 
         return step_seconds
 
