@@ -27,15 +27,20 @@ $(BIN)/python:
 
 # Exact versions from the lock files (requirements/*.lock, made by `make lock`); pyproject.toml
 # keeps the lower bounds.
-$(VENV)/.installed: pyproject.toml requirements/service.lock | $(BIN)/python
-	$(BIN)/pip install --quiet --requirement requirements/service.lock
-	$(BIN)/pip install --quiet --no-deps -e .
+# The package itself: setup.py compiles the simulator's event loop with mypyc (build.lock), and
+# a change to that module compiles it again.
+COMPILED := app/engine/simulation/loop.py
+INSTALL_PACKAGE := $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+
+$(VENV)/.installed: pyproject.toml setup.py requirements/service.lock requirements/build.lock $(COMPILED) | $(BIN)/python
+	$(BIN)/pip install --quiet --requirement requirements/service.lock --requirement requirements/build.lock
+	$(INSTALL_PACKAGE)
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml requirements/dev.lock requirements/bench.lock | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml setup.py requirements/dev.lock requirements/bench.lock requirements/build.lock $(COMPILED) | $(BIN)/python
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet --requirement requirements/dev.lock --requirement requirements/bench.lock
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet --requirement requirements/dev.lock --requirement requirements/bench.lock --requirement requirements/build.lock
+	$(INSTALL_PACKAGE)
 	@touch $@ $(VENV)/.installed
 
 # Re-resolve the lock files from pyproject.toml (needs uv: pip install uv).
@@ -91,4 +96,4 @@ bench-plans: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_plans.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache ridgeline.db ridgeline.db-*
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache ridgeline.db ridgeline.db-* build app/engine/simulation/*.so

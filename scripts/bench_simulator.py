@@ -8,8 +8,10 @@ the arrival rate minus the backlog growth of an overloaded run. Run from the rep
     .venv/bin/python scripts/bench_simulator.py [--requests 100000] [--repeats 3]
 
 The target (issue 12) is 100,000 requests in under 1 s at any load, and a few thousand requests
-(one planner probe) in tens of milliseconds. `cpu s` is the process's CPU time, steadier than the
-wall clock on a shared machine; both are the best of `--repeats` runs.
+(one planner probe) in tens of milliseconds. The first lines say whether the event loop runs
+compiled (setup.py, `make install-dev`) or as Python source (about twice as slow). `cpu s` is
+the process's CPU time, steadier than the wall clock on a shared machine; both are the best of
+`--repeats` runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document
 from app.engine.memory import memory_plan
 from app.engine.profiles import ProfiledStepCost
-from app.engine.simulation import SchedulerConfig, SimulationResult, simulate
+from app.engine.simulation import SchedulerConfig, SimulationResult, loop, simulate
+from app.engine.simulation._native import is_compiled
 from app.engine.specs import (
     Deployment,
     GpuSpec,
@@ -84,6 +87,8 @@ def main() -> None:
         f"Llama-3.1-8B on H100 SXM5 (catalog efficiency), KV cache {kv_tokens:,} tokens, "
         f"capacity ~{capacity:.1f} req/s"
     )
+    build = "compiled (mypyc)" if is_compiled(loop) else "Python source (not compiled)"
+    print(f"event loop: {build}, {loop.__file__}")
     print(
         f"{'load':>5} {'requests':>9} {'steps':>9} {'timer calls':>12} {'wall s':>7} "
         f"{'cpu s':>6} {'req/s wall':>11} {'us/step':>8} {'preempted':>9} {'saturated':>9} "

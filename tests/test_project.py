@@ -52,6 +52,12 @@ def test_every_dependency_is_pinned_within_its_lower_bound() -> None:
             assert requirement.specifier.contains(lock[name]), (name, str(lock[name]))
     # The service's pins are the development environment's too: tests run what ships.
     assert {name: dev[name] for name in service} == service
+    # The simulator's compiler (setup.py) is the type checker the tests run, at the same pins.
+    build = _pins("build.lock")
+    assert "mypy" in build
+    assert {name: dev[name] for name in build if name != "setuptools"} == {
+        name: pin for name, pin in build.items() if name != "setuptools"
+    }
 
 
 def test_one_version_number() -> None:

@@ -46,14 +46,15 @@ CASES: dict[str, tuple[float, int, SchedulerConfig, dict[str, Any]]] = {
 }
 
 
-def run(case: str, seed: int, timer: Any, *, shortcuts: bool) -> _Run:
+def run(case: str, seed: int, timer: Any, *, shortcuts: bool = True, run_trace: Any = _run) -> _Run:
+    """`case`'s run through `run_trace` (`_run`, or another build's)."""
     rate, kv_tokens, scheduler, extra = CASES[case]
     trace = poisson(rate, 400, seed)
     extra = dict(extra)
     if extra.pop("decode_pool", False):
         # Each request's KV arrives 50 ms after it was sent, its first token out.
         extra["prefilled_s"] = trace.arrival_s + 0.05
-    return _run(
+    result: _Run = run_trace(
         trace,
         timer,
         kv_capacity_tokens=kv_tokens,
@@ -68,6 +69,7 @@ def run(case: str, seed: int, timer: Any, *, shortcuts: bool) -> _Run:
         shortcuts=shortcuts,
         **extra,
     )
+    return result
 
 
 TIMERS = {
@@ -82,6 +84,11 @@ TIMERS = {
 def test_the_shortcuts_take_the_same_steps(case: str, seed: int, timer: str) -> None:
     fast = run(case, seed, TIMERS[timer], shortcuts=True)
     plain = run(case, seed, TIMERS[timer], shortcuts=False)
+    assert_same_run(fast, plain)
+
+
+def assert_same_run(fast: _Run, plain: _Run) -> None:
+    """Every output of the two runs equal, float for float."""
     for name in ("first_token_s", "finish_s", "arrival_s", "itl_pairs", "group_pieces"):
         np.testing.assert_array_equal(
             np.asarray(getattr(fast, name)), np.asarray(getattr(plain, name)), err_msg=name

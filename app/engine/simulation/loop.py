@@ -1,5 +1,9 @@
 """The event loop of one replica: `simulate` and the run state it steps (the hot loop is one
-function, `_Run.execute`, on purpose: every attribute read there is paid millions of times)."""
+function, `_Run.execute`, on purpose: every attribute read there is paid millions of times).
+
+setup.py compiles this module with mypyc (about twice as fast): keep it plain, annotated Python
+that runs the same either way (tests/engine/test_simulator_compiled.py compares the two, float
+for float), and annotate the loop's lists where their items are numbers."""
 
 from __future__ import annotations
 
@@ -288,10 +292,11 @@ class _Run:
     def execute(self) -> None:  # noqa: PLR0912, PLR0915 - one hot loop; calls cost here
         """Run every step until the trace drains."""
         # Locals, not attributes: this loop runs hundreds of thousands of times.
-        arrival = self.trace.arrival_s.tolist()
-        prompt = self.trace.prompt_tokens.tolist()
-        output = self.trace.output_tokens.tolist()
-        is_rejected = self.rejected_mask.tolist()
+        # (Typed: compiled, the loop keeps them as native values.)
+        arrival: list[float] = self.trace.arrival_s.tolist()
+        prompt: list[int] = self.trace.prompt_tokens.tolist()
+        output: list[int] = self.trace.output_tokens.tolist()
+        is_rejected: list[bool] = self.rejected_mask.tolist()
         count = len(arrival)
         # Closed loop: the first `users` requests at 0; each later one `think` after a finish.
         loop = self.closed_loop
@@ -329,8 +334,10 @@ class _Run:
         window_blocks = self.window_blocks
         # Per request, at its last decode step: its context, and the blocks it then frees.
         final = self.trace.prompt_tokens + self.trace.output_tokens - 1
-        final_context = final.tolist()
-        final_blocks = (-(-final // block) + np.array(window_blocks, dtype=np.int64)).tolist()
+        final_context: list[int] = final.tolist()
+        final_blocks: list[int] = (
+            -(-final // block) + np.array(window_blocks, dtype=np.int64)
+        ).tolist()
         cached = self.cached_tokens
         first_token_s = self.first_token_s
         finish_s = self.finish_s
