@@ -15,6 +15,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 from fastapi import FastAPI
@@ -33,7 +34,7 @@ __all__ = ["AccessLog", "ObservabilityMiddleware", "access_line"]
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json\s*(;.*)?$", re.IGNORECASE)
-_BODY_METHODS = {b"POST", b"PUT", b"PATCH"}
+_BODY_METHODS = {"POST", "PUT", "PATCH"}
 _access_log = logging.getLogger("ridgeline.access")
 _ENCODER = json.JSONEncoder()
 _error_log = logging.getLogger("ridgeline.errors")
@@ -51,9 +52,8 @@ _FLUSH_S = 0.05
 _FLUSH_LINES = 256
 
 
-def access_line(
+def access_line(  # noqa: PLR0917 - one line's fields, passed positionally on the hot path
     created: float,
-    *,
     method: str,
     path: str,
     status: int,
@@ -63,12 +63,27 @@ def access_line(
 ) -> str:
     """The access-log line `JsonFormatter` writes for a request's record, made directly.
     `request_id` is one `_request_id` gave: letters, digits and `._:/+=-`, nothing to escape."""
+    key = (method, path, status, route)
+    parts = _LINE_PARTS.get(key)
+    if parts is None:
+        if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
+            _LINE_PARTS.clear()
+        parts = _LINE_PARTS[key] = (
+            f'"level": "INFO", "logger": "{_access_log.name}", '
+            f'"message": {_json_string(f"{method} {path} {status}")}, ',
+            f'"route": {_json_string(route)}, "status": {status}, ',
+        )
     return (
-        f'{{"time": "{iso_utc(created)}", "level": "INFO", "logger": "{_access_log.name}", '
-        f'"message": {_json_string(f"{method} {path} {status}")}, '
-        f'"request_id": "{request_id}", "route": {_json_string(route)}, '
-        f'"status": {status}, "duration_ms": {duration_ms!r}}}\n'
+        f'{{"time": "{iso_utc(created)}", {parts[0]}"request_id": "{request_id}", '
+        f'{parts[1]}"duration_ms": {duration_ms!r}}}\n'
     )
+
+
+_LINE_PARTS: dict[tuple[str, str, int, str], tuple[str, str]] = {}
+"""The parts of an access-log line that depend on the request's method, path, status and
+route alone, by those: a service answers the same few paths again and again."""
+_LINE_PARTS_KEPT = 4096
+"""At most this many kept (all dropped at once past it: paths may be many, e.g. scanners')."""
 
 
 def _json_string(text: str) -> str:
@@ -117,9 +132,8 @@ class AccessLog:
         self._handler: logging.StreamHandler[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def write(
+    def write(  # noqa: PLR0917 - the line's fields, positional on the hot path
         self,
-        *,
         method: str,
         path: str,
         status: int,
@@ -149,15 +163,7 @@ class AccessLog:
             self.flush()
             self._handler = handler
         self._lines.append(
-            access_line(
-                time.time(),
-                method=method,
-                path=path,
-                status=status,
-                route=route,
-                duration_ms=duration_ms,
-                request_id=request_id,
-            )
+            access_line(time.time(), method, path, status, route, duration_ms, request_id)
         )
         if len(self._lines) >= _FLUSH_LINES:
             self.flush()
@@ -284,22 +290,32 @@ class ObservabilityMiddleware:
         template: str | None = None
         id_header = (b"x-request-id", request_id.encode("latin-1"))
 
-        async def send_with_id(message: Message) -> None:
+        # A plain function returning `send`'s awaitable, not a coroutine of its own: one frame
+        # less on every message.
+        def send_with_id(message: Message) -> Awaitable[None]:
             nonlocal status, started_response
             if message["type"] == "http.response.start":
                 status = message["status"]
                 started_response = True
                 message["headers"] = [*message.get("headers", []), id_header]
-            await send(message)
+            return send(message)
 
         try:
             refusal = self._refuse(scope, headers)
             if refusal is not None:
                 await self._send_problem(scope, send_with_id, *refusal)
             else:
-                if scope["method"].encode() in _BODY_METHODS:
+                method = scope["method"]
+                if method == "GET":
+                    kept = self._kept(scope)
+                    if kept is not None:
+                        await _send_kept(send_with_id, kept, headers.get(b"if-none-match"))
+                        template = kept.route
+                elif method in _BODY_METHODS:
                     receive = self._limited(receive)  # (bodies of other methods go unread)
-                template, receive = await self._ahead(scope, headers, receive, send_with_id)
+                    template, receive = await self._memo_answer(
+                        scope, headers, receive, send_with_id
+                    )
                 if template is None:
                     await self.app(scope, receive, send_with_id)
         except _BodyTooLarge:
@@ -318,58 +334,54 @@ class ObservabilityMiddleware:
                 "An unexpected error occurred; quote the request id when reporting it.",
             )
         finally:
-            if template is None:
-                route = scope.get("route")
-                template = getattr(route, "path", None) or self._template(scope)
             self._record(scope, template, status, time.perf_counter() - started, request_id)
             REQUEST_ID.reset(token)
 
     def _record(
-        self, scope: Scope, template: str, status: int, elapsed_s: float, request_id: str
+        self, scope: Scope, template: str | None, status: int, elapsed_s: float, request_id: str
     ) -> None:
-        """The request's metrics and its access-log line."""
+        """The request's metrics and its access-log line, on the route template it was
+        answered on before routing (`template`), else the one it was routed to."""
+        if template is None:
+            template = getattr(scope.get("route"), "path", None) or self._template(scope)
         method = scope["method"]
         self.metrics.observe(method, template, status, elapsed_s)
         self.access_log.write(
-            method=method,
-            path=scope["path"],
-            status=status,
-            route=template,
+            method,
+            scope["path"],
+            status,
+            template,
             # To the microsecond: a float of few digits, whose shortest repr (the line's
             # number) costs a fraction of a full-precision one's.
-            duration_ms=round(elapsed_s * 1e6) / 1e3,
-            request_id=request_id,
+            round(elapsed_s * 1e6) / 1e3,
+            request_id,
         )
 
-    async def _ahead(
+    def _kept(self, scope: Scope) -> Representation | None:
+        """A catalog read the app itself answered while nothing it depends on changed
+        (`app.catalog.representations`), to answer again before routing; else None."""
+        cache: Representations | None = getattr(self.fastapi_app.state, "representations", None)
+        if cache is None:
+            return None
+        return cache.get(target_of(scope["path"], scope["query_string"]))
+
+    async def _memo_answer(
         self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send
     ) -> tuple[str | None, Receive]:
-        """Answer a repeat before routing, from what the app itself sent for the same request
-        while nothing it depends on changed: a catalog read (`app.catalog.representations`)
-        or a byte-identical estimate (`app.web.memo`). The route template it counts on when
-        answered, else None; and the `receive` the app is to read the request from."""
+        """Answer a byte-identical repeat of an estimate before routing, from what the app
+        sent for it while nothing it depends on changed (`app.web.memo`). The route template
+        it counts on when answered, else None; and the `receive` the app is to read the
+        request from."""
         state = self.fastapi_app.state
-        method = scope["method"]
-        if method == "GET":
-            cache: Representations | None = getattr(state, "representations", None)
-            kept = (
-                cache.get(target_of(scope["path"], scope["query_string"]))
-                if cache is not None
-                else None
-            )
-            if kept is not None:
-                await _send_kept(send, kept, headers.get(b"if-none-match"))
-                return kept.route, receive
-        elif method == "POST":
-            memo: ResponseMemo | None = getattr(state, "response_memo", None)
-            if memo is not None and scope["path"] in memo.raw_paths:
-                body = await _read_body(receive)
-                answer = memo.get_raw(raw_key(scope, headers, body), state.spec_cache.generations)
-                if answer is None:
-                    return None, _replay(body, receive)
-                await _send_json(send, answer)
-                return scope["path"], receive  # the memo's routes have no path parameters
-        return None, receive
+        memo: ResponseMemo | None = getattr(state, "response_memo", None)
+        if memo is None or scope["method"] != "POST" or scope["path"] not in memo.raw_paths:
+            return None, receive
+        body = await _read_body(receive)
+        answer = memo.get_raw(raw_key(scope, headers, body), state.spec_cache.generations)
+        if answer is None:
+            return None, _replay(body, receive)
+        await _send_json(send, answer)
+        return scope["path"], receive  # the memo's routes have no path parameters
 
     def _template(self, scope: Scope) -> str:
         """The route template of a request the app never routed (refused here: 413, 414,
@@ -389,7 +401,7 @@ class ObservabilityMiddleware:
                 "uri-too-long",
                 f"The request target is {target} bytes; at most {MAX_TARGET_BYTES} are read.",
             )
-        if scope["method"].encode() not in _BODY_METHODS:
+        if scope["method"] not in _BODY_METHODS:
             return None
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:

@@ -276,34 +276,39 @@ def test_two_workers_serve_one_database_and_stay_current(database: str) -> None:
     ],
 )
 def test_an_access_line_is_what_the_json_formatter_writes(path: str) -> None:
+    """Twice: the second line takes its request's fixed parts from those kept for the first."""
     access = logging.getLogger("ridgeline.access")
-    record = access.makeRecord(
-        access.name,
-        logging.INFO,
-        __file__,
-        0,
-        "%s %s %s",
-        ("GET", path, 404),
-        None,
-        extra={"route": "/v1/gpus/{entry_id}", "status": 404, "duration_ms": 0.123},
-    )
-    record.created = 1_700_000_000.25
-    token = REQUEST_ID.set("abc-123")
-    try:
-        expected = JsonFormatter().format(record) + "\n"
-    finally:
-        REQUEST_ID.reset(token)
-    line = access_line(
-        record.created,
-        method="GET",
-        path=path,
-        status=404,
-        route="/v1/gpus/{entry_id}",
-        duration_ms=0.123,
-        request_id="abc-123",
-    )
-    assert line == expected
-    assert json.loads(line)["time"] == "2023-11-14T22:13:20.250+00:00"
+    for created, duration_ms, request_id in (
+        (1_700_000_000.25, 0.123, "abc-123"),
+        (1_700_000_061.5, 41.007, "def-456"),
+    ):
+        record = access.makeRecord(
+            access.name,
+            logging.INFO,
+            __file__,
+            0,
+            "%s %s %s",
+            ("GET", path, 404),
+            None,
+            extra={"route": "/v1/gpus/{entry_id}", "status": 404, "duration_ms": duration_ms},
+        )
+        record.created = created
+        token = REQUEST_ID.set(request_id)
+        try:
+            expected = JsonFormatter().format(record) + "\n"
+        finally:
+            REQUEST_ID.reset(token)
+        line = access_line(
+            record.created,
+            method="GET",
+            path=path,
+            status=404,
+            route="/v1/gpus/{entry_id}",
+            duration_ms=duration_ms,
+            request_id=request_id,
+        )
+        assert line == expected
+    assert json.loads(line)["time"] == "2023-11-14T22:14:21.500+00:00"
 
 
 def _access_lines(stream: io.StringIO) -> list[dict[str, Any]]:
