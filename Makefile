@@ -14,7 +14,7 @@ PYTEST_ARGS ?= -n auto
 
 export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
 
-.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans bench-heavy clean
+.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans bench-heavy bench-instructions clean
 
 help:
 	@echo "make run      set up, migrate, load the catalog and serve on http://$(HOST):$(PORT) (docs at /docs)"
@@ -91,6 +91,9 @@ bench-simulator: $(VENV)/.installed-dev
 
 bench-heavy: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_heavy.py
+
+bench-instructions: $(VENV)/.installed-dev
+	$(BIN)/python scripts/bench_instructions.py
 
 bench-plans: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_plans.py

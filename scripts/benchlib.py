@@ -41,6 +41,8 @@ class Result:
     cpu_us_per_request: float | None = None
     """CPU time the server's processes spent per request (user + system), where known: unlike
     requests/s, hardly moved by what else the machine runs."""
+    requests: int = 0
+    """Requests completed in the run."""
 
 
 _SERVERS: dict[str, int] = {}
@@ -69,9 +71,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(factory: str, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
+def _serve(
+    factory: str, env: dict[str, str], workers: int, wrapper: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
+            *wrapper,
+            *((sys.executable,) if wrapper else ()),  # valgrind runs the interpreter itself
             BIN / "uvicorn",
             "--factory",
             "--app-dir",
@@ -93,12 +99,18 @@ def _serve(factory: str, env: dict[str, str], workers: int) -> subprocess.Popen[
 
 
 @contextmanager
-def _served(factory: str, env: dict[str, str], ready_path: str, workers: int = 1) -> Iterator[str]:
+def _served(
+    factory: str,
+    env: dict[str, str],
+    ready_path: str,
+    workers: int = 1,
+    wrapper: tuple[str, ...] = (),
+) -> Iterator[str]:
     port = _free_port()
-    server = _serve(factory, {**env, "BENCH_PORT": str(port)}, workers)
+    server = _serve(factory, {**env, "BENCH_PORT": str(port)}, workers, wrapper)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
+        for _ in range(3000 if wrapper else 300):
             try:
                 if httpx.get(f"{base}{ready_path}", timeout=1).status_code == 200:
                     break
@@ -118,10 +130,10 @@ def _served(factory: str, env: dict[str, str], ready_path: str, workers: int = 1
 
 
 @contextmanager
-def running_plain() -> Iterator[str]:
+def running_plain(wrapper: tuple[str, ...] = ()) -> Iterator[str]:
     """The yardstick: a plain FastAPI app (no middleware, `GET /constant` returns a constant)
-    under the same uvicorn as the service."""
-    with _served("create_plain_app", dict(os.environ), "/constant") as base:
+    under the same uvicorn as the service (run by `wrapper` when given, e.g. valgrind)."""
+    with _served("create_plain_app", dict(os.environ), "/constant", wrapper=wrapper) as base:
         yield base
 
 
@@ -132,11 +144,12 @@ def running_server(
     factory: str = "create_bench_app",
     database_url: str | None = None,
     workers: int = 1,
+    wrapper: tuple[str, ...] = (),
     **settings: str,
 ) -> Iterator[str]:
     """Ridgeline as `make run` serves it: a database migrated and loaded (a fresh SQLite file
-    unless `database_url` names one), `workers` uvicorn processes; `settings` are extra
-    RIDGELINE_* variables (e.g. response_memo_entries="0")."""
+    unless `database_url` names one), `workers` uvicorn processes (run by `wrapper` when given,
+    e.g. valgrind); `settings` are extra RIDGELINE_* variables (e.g. response_memo_entries="0")."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             **os.environ,
@@ -149,7 +162,7 @@ def running_server(
         subprocess.run(
             [BIN / "ridgeline", "load-catalog"], env=env, check=True, capture_output=True
         )
-        with _served(factory, env, "/readyz", workers) as base:
+        with _served(factory, env, "/readyz", workers, wrapper) as base:
             yield base
 
 
@@ -243,7 +256,7 @@ def wrk(
     if socket_errors:
         errors += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(0)))
     cpu_us = cpu_s / total * 1e6 if cpu_s is not None and total else None
-    return Result(name, rate, latency["50"], latency["99"], errors, max_ms, cpu_us)
+    return Result(name, rate, latency["50"], latency["99"], errors, max_ms, cpu_us, total)
 
 
 @dataclass(frozen=True)
