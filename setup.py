@@ -40,7 +40,7 @@ def _extensions() -> list[Any]:
         extension.optional = True  # no C compiler: pure Python, with setuptools' warning
         if os.name != "nt":
             # No fused multiply-adds (the default on ARM): every float as the source computes it.
-            extension.extra_compile_args.append("-ffp-contract=off")
+            extension.extra_compile_args = [*extension.extra_compile_args, "-ffp-contract=off"]
     return extensions
 
 
