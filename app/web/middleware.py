@@ -66,13 +66,15 @@ def access_line(  # noqa: PLR0917 - one line's fields, passed positionally on th
     key = (method, path, status, route)
     parts = _LINE_PARTS.get(key)
     if parts is None:
-        if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
-            _LINE_PARTS.clear()
-        parts = _LINE_PARTS[key] = (
+        parts = (
             f'"level": "INFO", "logger": "{_access_log.name}", '
             f'"message": {_json_string(f"{method} {path} {status}")}, ',
             f'"route": {_json_string(route)}, "status": {status}, ',
         )
+        if len(path) <= _LINE_PARTS_PATH:
+            if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
+                _LINE_PARTS.clear()
+            _LINE_PARTS[key] = parts
     return (
         f'{{"time": "{iso_utc(created)}", {parts[0]}"request_id": "{request_id}", '
         f'{parts[1]}"duration_ms": {duration_ms!r}}}\n'
@@ -84,6 +86,8 @@ _LINE_PARTS: dict[tuple[str, str, int, str], tuple[str, str]] = {}
 route alone, by those: a service answers the same few paths again and again."""
 _LINE_PARTS_KEPT = 4096
 """At most this many kept (all dropped at once past it: paths may be many, e.g. scanners')."""
+_LINE_PARTS_PATH = 256
+"""Kept only for paths this short (a few MB at most; a target may be 8 KB)."""
 
 
 def _json_string(text: str) -> str:
