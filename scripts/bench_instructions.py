@@ -5,12 +5,12 @@ bench_estimates.py draws them). Each figure is also given as a ratio, the plain 
 instructions over the endpoint's: the throughput ratio a machine would show with a core to
 spare for the server and the same instructions per cycle throughout.
 
-Unlike requests/s, the counts do not move with what else the machine runs (from one run to
-the next they agree within about 1 %), so they show a change of a few percent that the
-wall-clock ratios of bench_api.py and bench_estimates.py, which swing by 10-20 % run to run on
-a shared machine, cannot. They leave out what a count cannot see (cache misses, the kernel's
-share of a request, uvicorn's other threads). Needs valgrind (Debian package `valgrind`);
-takes about a minute per server.
+Unlike requests/s, the counts hardly move with what else the machine runs (runs on 2026-12-03
+agreed within 1.5 % for /healthz and within 6 % for the plain GET), so they show changes that
+the wall-clock ratios of bench_api.py and bench_estimates.py, which swing by 10-20 % run to run
+on a shared machine, cannot. They leave out what a count cannot see (cache misses, the kernel's
+share of a request); every thread of the server is counted. Needs valgrind (Debian package
+`valgrind`); takes two minutes or so per server.
 
     .venv/bin/python scripts/bench_instructions.py [--seconds 15] [--only healthz]
 """

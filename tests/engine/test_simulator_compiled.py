@@ -4,10 +4,12 @@ number, with no tolerance; which build runs; and a build older than its source g
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 import sysconfig
 import time
+from collections.abc import Callable, Iterator
 from importlib.machinery import EXTENSION_SUFFIXES, SourceFileLoader
 from pathlib import Path
 from types import ModuleType
@@ -59,50 +61,63 @@ def test_the_compiled_loop_runs_as_its_source(case: str, timer: str) -> None:
     assert plain.steps > 0
 
 
-def stale_case(tmp_path: Path, *, source_newer: bool) -> str:
-    """A package `stalepkg` in `tmp_path` holding `mod.py` and a stand-in for its compiled build (a
-    file with an extension's name: importing it would fail), one newer than the other."""
-    package = tmp_path / "stalepkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    built = package / f"mod{EXTENSION_SUFFIXES[0]}"
-    built.write_bytes(b"not a real extension")
-    source = package / "mod.py"
-    source.write_text("WHERE = 'source'\n")
-    now = time.time()
-    older, newer = (built, source) if source_newer else (source, built)
-    os.utime(older, (now - 60, now - 60))
-    os.utime(newer, (now, now))
-    return "stalepkg.mod"
+@pytest.fixture
+def stale_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[bool], str]]:
+    """Makes a package `stalepkg` on the path holding `mod.py` and a stand-in for its compiled
+    build (a file with an extension's name: importing it would fail), the source newer or older
+    than it, and returns the module's name; the modules are forgotten afterwards."""
+
+    def make(source_newer: bool) -> str:
+        package = tmp_path / "stalepkg"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        built = package / f"mod{EXTENSION_SUFFIXES[0]}"
+        built.write_bytes(b"not a real extension")
+        source = package / "mod.py"
+        source.write_text("WHERE = 'source'\n")
+        now = time.time()
+        older, newer = (built, source) if source_newer else (source, built)
+        os.utime(older, (now - 60, now - 60))
+        os.utime(newer, (now, now))
+        return "stalepkg.mod"
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield make
+    for name in ("stalepkg.mod", "stalepkg"):
+        sys.modules.pop(name, None)
 
 
 def test_a_build_older_than_its_source_gives_way(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    stale_package: Callable[[bool], str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    name = stale_case(tmp_path, source_newer=True)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.delitem(sys.modules, "stalepkg", raising=False)
+    name = stale_package(True)
     with caplog.at_level(logging.WARNING, logger="ridgeline"):
         _native._import_source_when_stale(name)
-    try:
-        assert sys.modules[name].WHERE == "source"
-        assert "newer than its compiled build" in caplog.text
-    finally:
-        sys.modules.pop(name, None)
-        sys.modules.pop("stalepkg", None)
+    assert sys.modules[name].WHERE == "source"
+    assert "newer than its compiled build" in caplog.text
 
 
 def test_a_current_build_is_left_to_the_import_system(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    stale_package: Callable[[bool], str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    name = stale_case(tmp_path, source_newer=False)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, name, raising=False)
-    try:
-        with caplog.at_level(logging.WARNING, logger="ridgeline"):
-            _native._import_source_when_stale(name)
-        assert name not in sys.modules
-        assert not caplog.text
-    finally:
-        sys.modules.pop("stalepkg", None)
+    name = stale_package(False)
+    with caplog.at_level(logging.WARNING, logger="ridgeline"):
+        _native._import_source_when_stale(name)
+    assert name not in sys.modules
+    assert not caplog.text
+
+
+def test_the_build_and_the_guard_name_the_same_modules() -> None:
+    """setup.py compiles, the Makefile recompiles on a change of, and `_native` guards the same
+    modules (each names them its own way: paths, a make variable, module names)."""
+    root = LOOP_SOURCE.parents[3]
+    paths = {name.replace(".", "/") + ".py" for name in _native.COMPILED_MODULES}
+    setup = (root / "setup.py").read_text()
+    listed = re.search(r"^COMPILED = \[(.*)\]$", setup, re.MULTILINE)
+    assert listed is not None
+    assert set(re.findall(r'"([^"]+)"', listed.group(1))) == paths
+    make = re.search(r"^COMPILED := (.*)$", (root / "Makefile").read_text(), re.MULTILINE)
+    assert make is not None
+    assert set(make.group(1).split()) == paths
