@@ -12,9 +12,8 @@ RFC 9457 problem document. A service never builds an HTTP response.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from app.engine.specs import SpecError, rebuilt_exception
@@ -143,11 +142,24 @@ def invalid_spec(error: SpecError, prefix: str = "") -> InvalidInput:
     return InvalidInput.at(field, error.message)
 
 
-@contextmanager
-def spec_errors(prefix: str = "") -> Iterator[None]:
+class spec_errors:  # noqa: N801 - used as a function: `with spec_errors():`
     """Within the block, an engine `SpecError` is a 422 naming its field (`invalid_spec`): the
-    one place impossible input turns into an answer."""
-    try:
-        yield
-    except SpecError as error:
-        raise invalid_spec(error, prefix) from None
+    one place impossible input turns into an answer. A class rather than a generator-based
+    context manager: every estimate enters one, and this costs a third as much."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if isinstance(error, SpecError):
+            raise invalid_spec(error, self.prefix) from None

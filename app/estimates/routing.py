@@ -24,6 +24,8 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from app.web.schemas import NUL_FREE
+
 __all__ = ["EstimateRoute"]
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -55,13 +57,20 @@ class EstimateRoute(APIRoute):
         async def handle(request: Request) -> Response:
             if request.headers.get("content-type") not in _JSON or request.app.dependency_overrides:
                 return await generic(request)
+            raw = await request.body()
             try:
-                body = model.model_validate_json(await request.body())
+                body = model.model_validate_json(raw, context=_nul_context(raw))
             except ValidationError:
                 return await generic(request)  # its errors, as FastAPI words them
             return await call(request, body)
 
         return handle
+
+
+def _nul_context(raw: bytes) -> dict[str, bool] | None:
+    """`NUL_FREE` for a body that cannot hold a NUL (no `\\u0000` escape in it), else None:
+    each text field is searched."""
+    return None if b"\\u0000" in raw else NUL_FREE
 
 
 def _direct_call(dependant: Dependant) -> tuple[type[BaseModel], Call] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import (
     EfficiencyFractions,
@@ -125,6 +125,10 @@ def gpu_query(gpu: str | GpuHardware) -> str | GpuSpec:
 
 
 _Q = TypeVar("_Q")
+
+_QUERY_FIELDS: dict[type, tuple[str, ...]] = {}
+"""`TargetRequest.query_of`'s field names by query class after `target`, read once per class
+(`dataclasses.fields` is slow)."""
 ENGINE_PATTERN = r"^(vllm|sglang|trtllm|roofline)(@[A-Za-z0-9][A-Za-z0-9._+-]{0,63})?$"
 
 
@@ -170,7 +174,9 @@ class TargetRequest(DeploymentFields):
         """`kind` (a frozen query whose first field is `target`) from this request: the target,
         then each of its fields from the request field of the same name, unless `given`."""
         factory: Any = kind  # a dataclass: its fields are read at run time
-        names = [f.name for f in dataclasses.fields(factory)][1:]
+        names = _QUERY_FIELDS.get(kind)
+        if names is None:
+            names = _QUERY_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(factory))[1:]
         values = {name: given[name] if name in given else getattr(self, name) for name in names}
         query: _Q = factory(self.target_query(), **values)
         return query
@@ -197,11 +203,17 @@ class TargetRequest(DeploymentFields):
 class EfficiencyUsed(EfficiencyValues):
     """The efficiencies an estimate was timed with, and where they come from."""
 
+    model_config = ConfigDict(frozen=True)
+
     mode: str = Field(description="`calibrated`, `ideal` or `custom`.")
 
 
 class TargetEcho(BaseModel):
     """What was estimated: the resolved model, GPU, deployment and efficiency."""
+
+    # Frozen: built once per target and shared by its answers (`estimates.service.target_of`),
+    # whose writer keeps its JSON (`app.web.json_writer`).
+    model_config = ConfigDict(frozen=True)
 
     model: str = Field(description="The catalog model id, or `inline`.")
     gpu: str = Field(description="The catalog GPU id, or `inline`.")

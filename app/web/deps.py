@@ -323,17 +323,17 @@ class EstimateBody(Protocol):
 
 
 async def memoized_answer(
-    request: Request, body: EstimateBody, produce: Callable[[], BaseModel]
+    request: Request, body: EstimateBody, produce: Callable[[], bytes]
 ) -> Response:
     """The JSON answer to `body`: from the response memo when the same question was answered
-    with the same catalog entries; else `produce()`d and remembered. `produce` runs on the event
-    loop when every entry it names is cached (pure computation, no I/O), else in the thread
-    pool, where it may read the database."""
+    with the same catalog entries; else `produce()`d (the answer's JSON) and remembered.
+    `produce` runs on the event loop when every entry it names is cached (pure computation, no
+    I/O), else in the thread pool, where it may read the database."""
     cache: SpecCache = request.app.state.spec_cache
     memo: ResponseMemo = request.app.state.response_memo
     refs = body.refs()
     generations = cache.generations(**refs)
-    answer = None
+    payload = None
     key = None
     if generations is not None:
         if memo.enabled:
@@ -344,12 +344,11 @@ async def memoized_answer(
                 return Response(hit, media_type="application/json")
         try:
             with cache.cached_only():
-                answer = produce()
+                payload = produce()
         except NotCached:  # an entry expired or was dropped meanwhile: never read it here
             key = None
-    if answer is None:
-        answer = await run_in_threadpool(produce)
-    payload = answer.model_dump_json().encode()
+    if payload is None:
+        payload = await run_in_threadpool(produce)
     if key is not None and generations is not None:
         memo.put(key, payload)
         await _remember_raw(request, memo, refs, generations, payload)

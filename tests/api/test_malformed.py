@@ -339,6 +339,25 @@ CASES = [
     Case(
         "NUL in a filter", "GET", "/v1/gpus", 422, params={"vendor": "nv\x00"}, error_field="vendor"
     ),
+    # An estimate body's NUL check is skipped only when its bytes hold no \u0000 escape.
+    Case(
+        "NUL in an estimate's engine",
+        "POST",
+        "/v1/estimates/prefill",
+        422,
+        {"model": "llama-3-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 8, "engine": "v\x00"},
+        error_field="engine",
+    ),
+    Case(
+        "NUL in an estimate's model, as the JSON escape",
+        "POST",
+        "/v1/estimates/decode",
+        422,
+        content=b'{"model": "llama\\u0000", "gpu": "h100-sxm5-80gb", "batch_size": 1, '
+        b'"context_tokens": 8}',
+        headers={"content-type": "application/json"},
+        error_field="model",
+    ),
     Case(
         "published params beyond a 64-bit column",
         "POST",

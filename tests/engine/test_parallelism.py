@@ -45,6 +45,20 @@ def test_candidate_figures_match_the_memory_model() -> None:
     assert any("replicated 2 times" in r for r in sixteen.reasons)
 
 
+@pytest.mark.parametrize("context_tokens", [2048, 4096, 7000])
+def test_the_memory_reason_counts_the_sequences_the_candidate_reports(context_tokens: int) -> None:
+    """The reason's "(N sequences of C tokens)" is `max_batch_by_memory`, floored as it is (the
+    text once rounded instead, and could say one sequence more than the figure)."""
+    result = assess_tp(LLAMA3_70B, H100, context_tokens=context_tokens)
+    fitting = [c for c in result.candidates if c.feasible]
+    assert [c.tp for c in fitting] == [2, 4, 8, 16]
+    for candidate in fitting:
+        assert (
+            f"({candidate.max_batch_by_memory} sequences of {context_tokens} tokens)"
+            in (candidate.reasons[0])
+        )
+
+
 def test_latency_goal_picks_a_larger_tp() -> None:
     free = assess_tp(LLAMA3_70B, H100)
     two = next(c for c in free.candidates if c.tp == 2)
