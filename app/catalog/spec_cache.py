@@ -113,16 +113,11 @@ class SpecCache:
         spec or none), or None when one is not cached. A write, a run upload or expiry makes a
         new fill, so answers keyed by generation never outlive the entries they came from."""
         now = self._clock()
-        numbers = []
-        for ref, table in ((model, self._models), (gpu, self._gpus)):
-            if not isinstance(ref, str):
-                numbers.append(0)
-                continue
-            hit = table.get(ref)
-            if hit is None or hit[0] <= now:
-                return None
-            numbers.append(hit[2])
-        return numbers[0], numbers[1]
+        model_fill = _fill(self._models, model, now)
+        gpu_fill = _fill(self._gpus, gpu, now)
+        if model_fill is None or gpu_fill is None:
+            return None
+        return model_fill, gpu_fill
 
     def cached_only(self) -> _CachedOnly:
         """Within the block, on this thread, a miss raises `NotCached` instead of reading the
@@ -248,3 +243,15 @@ class _CachedOnly:
 
     def __exit__(self, *_: object) -> None:
         self._local.cached_only = False
+
+
+def _fill(table: dict[str, Any], ref: object, now: float) -> int | None:
+    """`generations`' number of one entry: its fill while cached and fresh, 0 for an inline
+    spec or none, None when not cached."""
+    if not isinstance(ref, str):
+        return 0
+    hit = table.get(ref)
+    if hit is None or hit[0] <= now:
+        return None
+    fill: int = hit[2]
+    return fill

@@ -7,14 +7,17 @@ which is what lets the serving simulator time hundreds of thousands of steps qui
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["StepLoad"]
 
 
-@dataclass(frozen=True, slots=True)
-class StepLoad:
-    """Aggregates of one step; every field is a count of tokens or token pairs, whole model."""
+class StepLoad(NamedTuple):
+    """Aggregates of one step; every field is a count of tokens or token pairs, whole model.
+
+    A named tuple, in the order `StepCostModel.step_seconds` takes the fields: immutable, built
+    in a fraction of a frozen dataclass's time (a search or an estimate builds several per
+    answer), and its own positional arguments (`fields`)."""
 
     prefill_tokens: int = 0
     """New prompt tokens computed this step (the sum of the prefill chunks' sizes)."""
@@ -37,16 +40,9 @@ class StepLoad:
 
     def fields(self) -> tuple[int, int, float, int, int, int]:
         """The fields in order: the positional arguments of `StepCostModel.step_seconds`."""
-        return (
-            self.prefill_tokens,
-            self.prefill_chunks,
-            self.prefill_attention_pairs,
-            self.prefill_kv_tokens,
-            self.decode_seqs,
-            self.decode_context_tokens,
-        )
+        return self
 
-    def __add__(self, other: StepLoad) -> StepLoad:
+    def __add__(self, other: StepLoad) -> StepLoad:  # type: ignore[override]
         """The two loads in one step (a prefill chunk beside the running decodes)."""
         return StepLoad(
             prefill_tokens=self.prefill_tokens + other.prefill_tokens,

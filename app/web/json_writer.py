@@ -226,11 +226,14 @@ def _container(annotation: Any, slow: Convert) -> Convert | None:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if (origin in (list, Sequence) and len(args) == 1) or (origin is tuple and _variadic(args)):
         item = _converter(args[0])
+        exact = args[0] if args[0] in _EXACT else None
 
         def items(value: Any) -> Any:
-            if value.__class__ is list or value.__class__ is tuple:
-                return [item(element) for element in value]
-            return slow(value)
+            if value.__class__ is not list and value.__class__ is not tuple:
+                return slow(value)
+            if exact is not None:  # text, say: each element as it is when exactly that
+                return [e if e.__class__ is exact else item(e) for e in value]
+            return [item(element) for element in value]
 
         return items
     if origin is dict and len(args) == 2 and args[0] is str:
