@@ -97,13 +97,14 @@ def prefill_load(
     `cached_tokens` already in their KV cache, beside `decode_seqs` decodes attending over
     `decode_context_tokens` in all (`decode_load(...) + prefill_load(...)`, in one record)."""
     pairs = pairs_for_chunk(query_tokens, cached_tokens, causal=causal)
+    # Positional, in StepLoad's field order (keywords cost a named tuple a third more).
     return StepLoad(
-        prefill_tokens=batch_size * query_tokens,
-        prefill_chunks=batch_size,
-        prefill_attention_pairs=batch_size * pairs,
-        prefill_kv_tokens=batch_size * (cached_tokens + query_tokens),
-        decode_seqs=decode_seqs,
-        decode_context_tokens=decode_context_tokens,
+        batch_size * query_tokens,
+        batch_size,
+        batch_size * pairs,
+        batch_size * (cached_tokens + query_tokens),
+        decode_seqs,
+        decode_context_tokens,
     )
 
 
@@ -324,14 +325,7 @@ class StepCostModel:
 
     def seconds(self, load: StepLoad) -> float:
         """Seconds one forward step of `load` takes (equal to `breakdown(load).total_s`)."""
-        return self.step_seconds_function()(
-            load.prefill_tokens,
-            load.prefill_chunks,
-            load.prefill_attention_pairs,
-            load.prefill_kv_tokens,
-            load.decode_seqs,
-            load.decode_context_tokens,
-        )
+        return self.step_seconds_function()(*load)  # a StepLoad is the arguments, in order
 
     def step_seconds(  # noqa: PLR0917 - positional: StepLoad's fields, in search loops
         self,

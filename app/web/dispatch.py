@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -58,6 +58,9 @@ class _Target:
     context: Any
     """The route's `_EffectiveRouteContext`: its handler (`app`) as included."""
     path_format: str
+    app: ASGIApp
+    """What answers: the route's `direct_app` for this context where it has one (an estimate
+    route: `app.estimates.routing`), else the context's handler."""
 
 
 class StaticDispatch:
@@ -91,7 +94,7 @@ class StaticDispatch:
         scope["path_params"] = {}
         scope["route"] = target.route
         _route_selected(scope=scope, path=target.path_format)
-        await target.context.app(scope, receive, send)
+        await target.app(scope, receive, send)
 
 
 def install_static_dispatch(app: FastAPI) -> StaticDispatch:
@@ -127,8 +130,16 @@ def _table(app: FastAPI) -> dict[tuple[str, str], _Target]:
                         matches(probe)[0] is Match.FULL for matches in earlier
                     ):
                         continue
+                    direct = getattr(original, "direct_app", None)
+                    # `static` above: the context's app is set.
+                    handler = (direct(context) if direct is not None else None) or context.app
                     table[method, path] = _Target(
-                        original, endpoint, route, context, context.path_format
+                        original,
+                        endpoint,
+                        route,
+                        context,
+                        context.path_format,
+                        cast(ASGIApp, handler),
                     )
             earlier.append(context.matches)
     return table

@@ -82,6 +82,45 @@ def test_answers_are_those_of_fastapis_routing(
     }
 
 
+def test_estimate_routes_answer_through_their_direct_app(app: FastAPI) -> None:
+    """Estimate routes are dispatched to their own direct app (no FastAPI exit stacks); other
+    routes to FastAPI's handler."""
+    table = _dispatch(app).table
+    estimate = table["POST", "/v1/estimates/prefill"]
+    assert estimate.app is not estimate.context.app
+    health = table["GET", "/healthz"]
+    assert health.app is health.context.app
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        (b'{"model": "llama-3-8b", "gpu": "l4-24gb", "prompt_tokens": 2048}', "application/json"),
+        (b'{"model": "llama-3-8b", "gpu": "l4-24gb", "prompt_tokens": 0}', "application/json"),
+        (b'{"model": "llama-3-8b", "gpu":', "application/json"),  # malformed: 400
+        (b'{"model": "llama-3-8b", "gpu": "l4-24gb", "prompt_tokens": 8}', "text/plain"),  # 415
+        (b"", "application/json"),
+        (b'{"model": "llama-3-8b", "gpu": "l4-24gb", "prompt_tokens": 8}', "application/json; x=1"),
+    ],
+)
+def test_the_direct_estimate_app_answers_as_fastapi_does(
+    app: FastAPI, content: bytes, content_type: str
+) -> None:
+    """What the direct app refuses goes to FastAPI's handler with the body it read replayed:
+    every answer is the one FastAPI's routing gives."""
+    dispatch = _dispatch(app)
+    headers = {"content-type": content_type}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        by_table = client.post("/v1/estimates/prefill", content=content, headers=headers)
+        app.router.middleware_stack = dispatch.generic  # type: ignore[assignment]
+        try:
+            by_fastapi = client.post("/v1/estimates/prefill", content=content, headers=headers)
+        finally:
+            app.router.middleware_stack = dispatch
+    assert by_table.status_code == by_fastapi.status_code
+    assert _without_request_id(by_table) == _without_request_id(by_fastapi)
+
+
 def _without_request_id(response: Any) -> object:
     """The body, less a problem document's request id (each request has its own)."""
     if response.headers.get("content-type") != "application/problem+json":
