@@ -23,8 +23,9 @@ from fastapi import routing as fastapi_routing
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.web.middleware import replayed_receive
 from app.web.schemas import NUL_FREE
 
 __all__ = ["EstimateRoute"]
@@ -99,22 +100,12 @@ class EstimateRoute(APIRoute):
             body, raw = await parsed(request)
             if body is None:
                 full: ASGIApp = route.app if context is None else context.app
-                await full(scope, receive if raw is None else _replay(raw, receive), send)
+                await full(scope, receive if raw is None else replayed_receive(raw, receive), send)
                 return
             response = await call(request, body)
             await response(scope, receive, send)
 
         return app
-
-
-def _replay(raw: bytes, receive: Receive) -> Receive:
-    """`receive` with the body already read given back first."""
-    pending = [{"type": "http.request", "body": raw, "more_body": False}]
-
-    async def replayed() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replayed
 
 
 def _nul_context(raw: bytes) -> dict[str, bool] | None:

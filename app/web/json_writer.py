@@ -77,19 +77,26 @@ class JsonWriter(Generic[M]):
 
     def dumps(self, source: object, given: Mapping[str, Any] = types.MappingProxyType({})) -> bytes:
         """`model(source, given).model_dump_json()`, encoded, written without the model."""
-        key = (source.__class__, tuple(given))
-        try:
-            build = self._builds[key]
-        except KeyError:
-            build = self._builds[key] = (
-                _compile(self.schema, source, tuple(given)) if self._generated else None
-            )
+        build = self._build(source, tuple(given))
         if build is not None:
             try:
                 return orjson.dumps(build(source, given))
             except Exception:  # pydantic's way, below, says what was wrong
                 pass
         return self.model(source, given).model_dump_json().encode()
+
+    def _build(self, source: object, given: tuple[str, ...]) -> Build | None:
+        """The generated function for sources of `source`'s class with `given` fields, made on
+        first use; None where pydantic writes: a schema it serialises its own way, a source
+        that is a model or a dict (pydantic reads those otherwise than by attribute)."""
+        key = (source.__class__, given)
+        try:
+            return self._builds[key]
+        except KeyError:
+            pass
+        attributes = self._generated and not isinstance(source, BaseModel | dict)
+        build = self._builds[key] = _compile(self.schema, source, given) if attributes else None
+        return build
 
 
 _WRITERS: dict[type[BaseModel], Any] = {}
@@ -261,14 +268,12 @@ def _nested(schema: type[BaseModel], slow: Convert) -> Convert:
     """A nested schema's value: an instance of exactly that schema dumped (kept by identity
     when the schema is deeply frozen), an attribute source written by its own generated
     function, anything else (a dict, another model) by pydantic."""
-    generated = _generated(schema)
+    writer = JsonWriter.of(schema)
     frozen = _deeply_frozen(schema)
     kept: dict[int, tuple[BaseModel, Any]] = {}
-    builds: dict[type, Build | None] = {}
 
     def convert(value: Any) -> Any:
-        cls = value.__class__
-        if cls is schema:
+        if value.__class__ is schema:
             if not frozen:
                 return value.model_dump(mode="json")
             found = kept.get(id(value))
@@ -279,11 +284,7 @@ def _nested(schema: type[BaseModel], slow: Convert) -> Convert:
                 kept.clear()
             kept[id(value)] = (value, dumped)  # the instance kept too: its id stays its own
             return dumped
-        try:
-            build = builds[cls]
-        except KeyError:
-            attributes = generated and not issubclass(cls, BaseModel | dict)
-            build = builds[cls] = _compile(schema, value, ()) if attributes else None
+        build = writer._build(value, ())
         return slow(value) if build is None else build(value, _NOTHING)
 
     return convert

@@ -30,7 +30,7 @@ from app.web.metrics import HttpMetrics
 from app.web.problems import PROBLEM_CONTENT_TYPE, problem_body
 from app.web.route_table import template_of
 
-__all__ = ["AccessLog", "ObservabilityMiddleware", "access_line"]
+__all__ = ["AccessLog", "ObservabilityMiddleware", "access_line", "replayed_receive"]
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json\s*(;.*)?$", re.IGNORECASE)
@@ -220,7 +220,7 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replayed_receive(body: bytes, receive: Receive) -> Receive:
     """`receive` with the body already read given back first."""
     pending = True
 
@@ -383,7 +383,7 @@ class ObservabilityMiddleware:
         body = await _read_body(receive)
         answer = memo.get_raw(raw_key(scope, headers, body), state.spec_cache.generations)
         if answer is None:
-            return None, _replay(body, receive)
+            return None, replayed_receive(body, receive)
         await _send_json(send, answer)
         return scope["path"], receive  # the memo's routes have no path parameters
 
