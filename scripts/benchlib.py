@@ -6,6 +6,7 @@ Used by the bench_*.py scripts; not a test. Needs `wrk` (Debian package `wrk`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -275,6 +276,8 @@ class Compared:
     """Median over runs of its requests/s over the plain app's in the run just before."""
     plain: Result
     """The plain app's median run."""
+    ratios: tuple[float, ...] = ()
+    """Every run's ratio, from the lowest."""
 
 
 def compared(
@@ -288,25 +291,36 @@ def compared(
     vary: tuple[str, int, int] | None = None,
     headers: dict[str, str] | None = None,
 ) -> Compared:
-    """`runs` pairs of wrk runs, the plain app's constant GET then `url`: on a machine others
-    share, a ratio of two runs seconds apart holds far better than either figure."""
+    """`runs` pairs of wrk runs, `plain_url` (the plain app's constant GET, or another
+    yardstick) and `url`, in turn first: on a machine others share, a ratio of two runs seconds
+    apart holds far better than either figure, and neither side always runs second."""
+    plain_run = functools.partial(
+        wrk, "plain", plain_url, seconds=load.seconds, connections=load.connections
+    )
+    my_run = functools.partial(
+        wrk,
+        name,
+        url,
+        body=body,
+        vary=vary,
+        headers=headers,
+        seconds=load.seconds,
+        connections=load.connections,
+    )
     pairs = []
-    for _ in range(runs):
-        plain = wrk("plain", plain_url, seconds=load.seconds, connections=load.connections)
-        mine = wrk(
-            name,
-            url,
-            body=body,
-            vary=vary,
-            headers=headers,
-            seconds=load.seconds,
-            connections=load.connections,
-        )
+    for run in range(runs):
+        if run % 2 == 0:
+            plain = plain_run()
+            mine = my_run()
+        else:
+            mine = my_run()
+            plain = plain_run()
         pairs.append((mine.requests_per_s / plain.requests_per_s, mine, plain))
     pairs.sort(key=lambda pair: pair[0])
     _, mine, _ = pairs[len(pairs) // 2]
     plains = sorted((pair[2] for pair in pairs), key=lambda r: r.requests_per_s)
-    return Compared(mine, statistics.median(pair[0] for pair in pairs), plains[len(plains) // 2])
+    ratios = tuple(pair[0] for pair in pairs)
+    return Compared(mine, statistics.median(ratios), plains[len(plains) // 2], ratios)
 
 
 def print_compared(rows: list[Compared]) -> None:
