@@ -36,7 +36,7 @@ from app.web.docs_ui import install_docs
 from app.web.heavy import HeavyWork, HeavyWorkLimits
 from app.web.memo import ResponseMemo
 from app.web.metrics import HttpMetrics
-from app.web.middleware import ObservabilityMiddleware
+from app.web.middleware import ObservabilityMiddleware, ObservedFastAPI
 from app.web.openapi import install_openapi
 from app.web.problems import install_problem_handlers
 from app.web.state import AppState
@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
                 heavy.close()
             engine.dispose()
 
-    app = FastAPI(
+    app = ObservedFastAPI(
         title="Ridgeline",
         version=__version__,
         summary="Capacity planning for large-language-model inference.",

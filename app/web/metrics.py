@@ -3,9 +3,10 @@ heavy-work pool, and the process, in a registry of the app's own (`HttpMetrics`)
 
 Every request is observed on the event loop, and a labelled `prometheus_client` counter and
 histogram cost ~4 µs a request there (a lock per increment, a linear bucket search): a quarter of
-what a `/healthz` costs. So the middleware adds to plain lists here, ~0.5 µs, and the
-registry reads them when Prometheus scrapes (`_RequestCollector`), as the same families with
-the same names, labels, buckets and `_created` samples that `Counter` and `Histogram` give.
+what a `/healthz` costs. So requests are observed into plain lists here, ~0.5 µs, in batches
+(`app.web.request_log`), and the registry reads them when Prometheus scrapes
+(`_RequestCollector`), as the same families with the same names, labels, buckets and `_created`
+samples that `Counter` and `Histogram` give.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -96,6 +97,8 @@ class _RequestCollector(Collector):
             "Time from the request's arrival to the end of its response, by route template.",
             labels=["method", "route"],
         )
+        if self.metrics.before_collect is not None:
+            self.metrics.before_collect()  # requests answered but not yet observed
         # Snapshots: the event loop may add to a series while a scrape reads it.
         series = [(key, list(values)) for key, values in list(self.metrics.series.items())]
         by_route: dict[tuple[str, str], list[float]] = {}
@@ -138,6 +141,8 @@ class HttpMetrics:
         PlatformCollector(registry=self.registry)
         if heavy is not None:
             self.registry.register(_HeavyWorkCollector(heavy))
+        self.before_collect: Callable[[], None] | None = None
+        """Called as a scrape reads the series (the middleware's `RequestLog.flush`)."""
         self.series: dict[tuple[str, str, int], list[float]] = {}
         """(method, route template, status) -> requests per latency bucket (+Inf last), their
         latency sum, and when the first was counted."""

@@ -7,8 +7,6 @@ difference is measurable (see scripts/bench_api.py).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -16,27 +14,27 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.catalog.representations import Representation, Representations, target_of
-from app.logs import REQUEST_ID, JsonFormatter, iso_utc
+from app.logs import REQUEST_ID
 from app.web.deps import not_modified
 from app.web.memo import ResponseMemo, raw_key
 from app.web.metrics import HttpMetrics
 from app.web.problems import PROBLEM_CONTENT_TYPE, problem_body
+from app.web.request_log import RequestLog
 from app.web.route_table import template_of
 
-__all__ = ["AccessLog", "ObservabilityMiddleware", "access_line", "replayed_receive"]
+__all__ = ["ObservabilityMiddleware", "ObservedFastAPI", "replayed_receive"]
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json\s*(;.*)?$", re.IGNORECASE)
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
-_access_log = logging.getLogger("ridgeline.access")
-_ENCODER = json.JSONEncoder()
 _error_log = logging.getLogger("ridgeline.errors")
 
 
@@ -46,151 +44,6 @@ class _BodyTooLarge(HTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"Bodies are limited to {limit} bytes.")
-
-
-_FLUSH_S = 0.05
-_FLUSH_LINES = 256
-
-
-def access_line(  # noqa: PLR0917 - one line's fields, passed positionally on the hot path
-    created: float,
-    method: str,
-    path: str,
-    status: int,
-    route: str,
-    duration_ms: float,
-    request_id: str,
-) -> str:
-    """The access-log line `JsonFormatter` writes for a request's record, made directly.
-    `request_id` is one `_request_id` gave: letters, digits and `._:/+=-`, nothing to escape."""
-    key = (method, path, status, route)
-    parts = _LINE_PARTS.get(key)
-    if parts is None:
-        parts = (
-            f'"level": "INFO", "logger": "{_access_log.name}", '
-            f'"message": {_json_string(f"{method} {path} {status}")}, ',
-            f'"route": {_json_string(route)}, "status": {status}, ',
-        )
-        if len(path) <= _LINE_PARTS_PATH:
-            if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
-                _LINE_PARTS.clear()
-            _LINE_PARTS[key] = parts
-    return (
-        f'{{"time": "{iso_utc(created)}", {parts[0]}"request_id": "{request_id}", '
-        f'{parts[1]}"duration_ms": {duration_ms!r}}}\n'
-    )
-
-
-_LINE_PARTS: dict[tuple[str, str, int, str], tuple[str, str]] = {}
-"""The parts of an access-log line that depend on the request's method, path, status and
-route alone, by those: a service answers the same few paths again and again."""
-_LINE_PARTS_KEPT = 4096
-"""At most this many kept (all dropped at once past it: paths may be many, e.g. scanners')."""
-_LINE_PARTS_PATH = 256
-"""Kept only for paths this short (a few MB at most; a target may be 8 KB)."""
-
-
-def _json_string(text: str) -> str:
-    """`text` as a JSON string, as `json` writes it (ASCII only): printable ASCII without a
-    quote or backslash, almost every path and route, is written as it is, without the
-    encoder's escaping pass."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return f'"{text}"'
-    return _ENCODER.encode(text)
-
-
-def _plain_handler() -> logging.StreamHandler[Any] | None:
-    """The one handler access records reach when it is what `configure_logging` installs (a
-    StreamHandler with a `JsonFormatter`, nothing filtering on the way), else None."""
-    handlers: list[logging.Handler] = []
-    logger: logging.Logger | None = _access_log
-    while logger is not None:
-        if logger.filters:
-            return None
-        handlers.extend(logger.handlers)
-        logger = logger.parent if logger.propagate else None
-    if len(handlers) != 1:
-        return None
-    handler = handlers[0]
-    if (
-        type(handler) is not logging.StreamHandler
-        or type(handler.formatter) is not JsonFormatter
-        or handler.filters
-        or handler.level > logging.INFO
-    ):
-        return None
-    return handler
-
-
-class AccessLog:
-    """One JSON line per request on the `ridgeline.access` logger.
-
-    Where that logger ends in the handler `configure_logging` installs, the line is made here,
-    exactly as its formatter would make it, and lines are written in batches, at most 50 ms
-    after their request: a record through `logging` costs about 15 us a request, most of what
-    this middleware costs. Anywhere else (a test capturing records, another configuration),
-    each request's record goes through `logging` at once."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._handler: logging.StreamHandler[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    def write(  # noqa: PLR0917 - the line's fields, positional on the hot path
-        self,
-        method: str,
-        path: str,
-        status: int,
-        route: str,
-        duration_ms: float,
-        request_id: str,
-    ) -> None:
-        if not _access_log.isEnabledFor(logging.INFO):
-            return
-        handler = _plain_handler()
-        if handler is None:
-            self.flush()
-            _access_log.handle(
-                _access_log.makeRecord(
-                    _access_log.name,
-                    logging.INFO,
-                    __file__,
-                    0,
-                    "%s %s %s",
-                    (method, path, status),
-                    None,
-                    extra={"route": route, "status": status, "duration_ms": duration_ms},
-                )
-            )
-            return
-        if handler is not self._handler:
-            self.flush()
-            self._handler = handler
-        self._lines.append(
-            access_line(time.time(), method, path, status, route, duration_ms, request_id)
-        )
-        if len(self._lines) >= _FLUSH_LINES:
-            self.flush()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._timer = loop.call_later(_FLUSH_S, self.flush)
-
-    def flush(self) -> None:
-        """Write the lines waiting, in one write."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        lines, self._lines = self._lines, []
-        if not lines or self._handler is None:
-            return
-        handler = self._handler
-        with handler.lock or contextlib.nullcontext():
-            handler.stream.write("".join(lines))
-            handler.flush()
 
 
 _ID_PREFIX = uuid.uuid4().hex[:16]
@@ -276,14 +129,14 @@ class ObservabilityMiddleware:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.fastapi_app = fastapi_app
-        self.access_log = AccessLog()
+        self.request_log = RequestLog(metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             try:
                 await self.app(scope, receive, send)
             finally:
-                self.access_log.flush()  # at shutdown (lifespan), lines still waiting
+                self.request_log.flush()  # at shutdown (lifespan), requests still waiting
             return
         started = time.perf_counter()
         headers = dict(scope["headers"])
@@ -348,17 +201,8 @@ class ObservabilityMiddleware:
         answered on before routing (`template`), else the one it was routed to."""
         if template is None:
             template = getattr(scope.get("route"), "path", None) or self._template(scope)
-        method = scope["method"]
-        self.metrics.observe(method, template, status, elapsed_s)
-        self.access_log.write(
-            method,
-            scope["path"],
-            status,
-            template,
-            # To the microsecond: a float of few digits, whose shortest repr (the line's
-            # number) costs a fraction of a full-precision one's.
-            round(elapsed_s * 1e6) / 1e3,
-            request_id,
+        self.request_log.add(
+            scope["method"], scope["path"], status, template, elapsed_s, request_id
         )
 
     def _kept(self, scope: Scope) -> Representation | None:
@@ -452,3 +296,18 @@ class ObservabilityMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+class ObservedFastAPI(FastAPI):
+    """FastAPI whose outermost layer, Starlette's `ServerErrorMiddleware`, is left out while an
+    `ObservabilityMiddleware` is installed: that one already answers every unhandled error
+    with a 500 (a problem document with the request id) before the outer layer could, so the
+    outer one only cost each request a frame and a wrapped `send`. Without the middleware (or
+    should FastAPI's stack no longer start with that layer) the stack is FastAPI's own."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        observed = any(cast(object, m.cls) is ObservabilityMiddleware for m in self.user_middleware)
+        if observed and type(stack) is ServerErrorMiddleware and not self.debug:
+            return stack.app
+        return stack

@@ -10,8 +10,8 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,9 +23,10 @@ from app.catalog.invalidation import CatalogInvalidation
 from app.catalog.representations import Representation, Representations, target_of
 from app.db.migrate import upgrade
 from app.logs import REQUEST_ID, JsonFormatter
+from app.web import request_log
 from app.web.deps import cached_read
 from app.web.memo import ResponseMemo, raw_key
-from app.web.middleware import _json_string, access_line
+from app.web.request_log import _json_string, access_line
 from tests.conftest import AUTH, reset_database
 from tests.servers import served
 
@@ -316,30 +317,63 @@ def _access_lines(stream: io.StringIO) -> list[dict[str, Any]]:
     return [line for line in lines if line["logger"] == "ridgeline.access"]
 
 
-def test_access_lines_are_written_in_batches_to_the_configured_handler(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under the handler `configure_logging` installs (pytest adds its own, so the test puts
-    that one back alone), lines wait at most 50 ms and are written together."""
+@contextmanager
+def plain_logging() -> Iterator[io.StringIO]:
+    """The handler `configure_logging` installs, alone on the root logger, writing to the
+    stream given. In the test's body: pytest adds its own handlers as the test starts."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", [handler])
-    level = root.level
+    handlers, level = root.handlers, root.level
+    root.handlers = [handler]
     root.setLevel(logging.INFO)  # (setLevel also clears the loggers' cached levels)
     try:
+        yield stream
+    finally:
+        root.handlers = handlers
+        root.setLevel(level)
+
+
+def test_access_lines_are_written_in_batches_to_the_configured_handler(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the handler `configure_logging` installs, lines wait for their batch's time (50
+    ms; 1 s here, so that three requests surely fit in it on a loaded machine) and are written
+    together."""
+    monkeypatch.setattr(request_log, "_FLUSH_S", 1.0)
+    with plain_logging() as stream:
         ids = [client.get("/healthz").headers["x-request-id"] for _ in range(3)]
         assert _access_lines(stream) == []  # not yet: they wait for the batch
         deadline = time.monotonic() + 5
         while len(_access_lines(stream)) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-    finally:
-        root.setLevel(level)
     access = _access_lines(stream)
     assert [line["request_id"] for line in access] == ids
     assert {line["route"] for line in access} == {"/healthz"}
     assert all(line["status"] == 200 and line["duration_ms"] > 0 for line in access)
+
+
+def _healthz_count(metrics: str) -> float:
+    prefix = 'ridgeline_http_requests_total{method="GET",route="/healthz",status="200"} '
+    lines = [line for line in metrics.splitlines() if line.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
+def test_a_scrape_counts_requests_whose_batch_still_waits(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests are observed with their batch, and a scrape settles the batch first."""
+    monkeypatch.setattr(request_log, "_FLUSH_S", 60.0)  # no batch settles on time here
+    before = _healthz_count(client.get("/metrics").text)
+    with plain_logging() as stream:
+        ids = [client.get("/healthz").headers["x-request-id"] for _ in range(3)]
+        series = client.app.state.metrics.series  # type: ignore[attr-defined]
+        observed = series.get(("GET", "/healthz", 200), [0.0, 0.0, 0.0])[:-2]
+        assert sum(observed) == before  # they wait
+        assert _access_lines(stream) == []
+        assert _healthz_count(client.get("/metrics").text) == before + 3
+        assert [line["request_id"] for line in _access_lines(stream)] == ids
 
 
 # one fill at a time

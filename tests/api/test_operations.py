@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any, cast
 
 import pytest
 from fastapi import FastAPI
@@ -90,3 +91,28 @@ def test_unexpected_error_is_a_problem_not_a_traceback(
     assert response.headers["content-type"] == "application/problem+json"
     assert "secret internals" not in response.text
     assert response.json()["request_id"] == response.headers["x-request-id"]
+
+
+def _layers(app: Any) -> list[str]:
+    names: list[str] = []
+    while app is not None and len(names) < 20:
+        names.append(type(app).__name__)
+        app = getattr(app, "app", None)
+    return names
+
+
+def test_the_middleware_takes_the_place_of_starlettes_outer_error_handler() -> None:
+    """Starlette's `ServerErrorMiddleware` would only ever re-raise what the middleware lets
+    through (after a response started), so the app leaves it out; without the middleware it
+    stays, or an unhandled error would reach the server unanswered."""
+    from app.main import create_app  # noqa: PLC0415
+    from app.web.middleware import ObservabilityMiddleware  # noqa: PLC0415
+
+    app = create_app()
+    observed = _layers(app.build_middleware_stack())
+    assert "ServerErrorMiddleware" not in observed
+    assert "ObservabilityMiddleware" in observed
+    app.user_middleware = [
+        m for m in app.user_middleware if cast(object, m.cls) is not ObservabilityMiddleware
+    ]
+    assert _layers(app.build_middleware_stack())[0] == "ServerErrorMiddleware"
