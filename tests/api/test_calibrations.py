@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 import pytest
 from fastapi.testclient import TestClient
@@ -222,13 +223,25 @@ def test_deleting_a_gpu_deletes_its_calibrations_but_not_the_runs(
     assert report.json()["errors"][0]["field"] == "microbenchmarks"
 
 
+def _database_now(url: str) -> datetime:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return cast(datetime, connection.execute(text("SELECT clock_timestamp()")).scalar_one())
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.postgres
 def test_no_transaction_is_held_open_during_the_fit(
     postgres_client: TestClient, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fit is CPU work: the request's connection must not sit idle in a transaction (and
-    hold its snapshot and locks) while it runs. Only PostgreSQL opens one for reads."""
+    hold its snapshot and locks) while it runs. Only PostgreSQL opens one for reads. Counted
+    are transactions begun since the request was sent: a connection an earlier test left
+    idle in one, until the collector closes it, is not this request's."""
     idle_in_transaction: list[int] = []
+    since = _database_now(postgres_url)
 
     def fit_and_look(
         points: Sequence[CalibrationPoint], start: Efficiency, parameters: Sequence[FitParameter]
@@ -241,9 +254,9 @@ def test_no_transaction_is_held_open_during_the_fit(
                         text(
                             "SELECT count(*) FROM pg_stat_activity WHERE datname = "
                             "current_database() AND state LIKE 'idle in transaction%' "
-                            "AND application_name <> :queue"
+                            "AND application_name <> :queue AND xact_start >= :since"
                         ),
-                        {"queue": QUEUE_APPLICATION_NAME},
+                        {"queue": QUEUE_APPLICATION_NAME, "since": since},
                     ).scalar_one()
                 )
         finally:
