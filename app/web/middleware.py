@@ -58,7 +58,7 @@ def _request_id(given: bytes | None) -> str:
         text = given.decode("latin-1")
         if _REQUEST_ID.match(text):
             return text
-    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
 
 
 async def _read_body(receive: Receive) -> bytes:
