@@ -142,7 +142,8 @@ class HttpMetrics:
         if heavy is not None:
             self.registry.register(_HeavyWorkCollector(heavy))
         self.before_collect: Callable[[], None] | None = None
-        """Called as a scrape reads the series (the middleware's `RequestLog.flush`)."""
+        """Called as a scrape reads the series (the middleware's `RequestLog.flush`), on the
+        event loop: the app's `/metrics` route is a coroutine."""
         self.series: dict[tuple[str, str, int], list[float]] = {}
         """(method, route template, status) -> requests per latency bucket (+Inf last), their
         latency sum, and when the first was counted."""
