@@ -126,7 +126,6 @@ class ObservabilityMiddleware:
         self, app: ASGIApp, metrics: HttpMetrics, max_body_bytes: int, fastapi_app: FastAPI
     ) -> None:
         self.app = app
-        self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.fastapi_app = fastapi_app
         self.request_log = RequestLog(metrics)
