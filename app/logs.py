@@ -21,6 +21,8 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "ta
 # written per request, on the event loop.
 _ENCODER = json.JSONEncoder(default=str)
 _SECOND: list[tuple[int, str]] = [(-1, "")]
+_MILLIS = tuple(f".{ms:03d}+00:00" for ms in range(1000))
+"""The timestamp's tail by its millisecond: a lookup costs less than half of formatting it."""
 
 
 def iso_utc(created: float) -> str:
@@ -30,7 +32,7 @@ def iso_utc(created: float) -> str:
     if cached_second != second:
         text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _SECOND[0] = (second, text)
-    return f"{text}.{int((created - second) * 1000):03d}+00:00"
+    return text + _MILLIS[int((created - second) * 1000)]
 
 
 class JsonFormatter(logging.Formatter):

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +23,7 @@ from fastapi.testclient import TestClient
 from app.catalog.invalidation import CatalogInvalidation
 from app.catalog.representations import Representation, Representations, target_of
 from app.db.migrate import upgrade
-from app.logs import REQUEST_ID, JsonFormatter
+from app.logs import REQUEST_ID, JsonFormatter, iso_utc
 from app.web import request_log
 from app.web.deps import cached_read
 from app.web.memo import ResponseMemo, raw_key
@@ -310,6 +311,16 @@ def test_an_access_line_is_what_the_json_formatter_writes(path: str) -> None:
         )
         assert line == expected
     assert json.loads(line)["time"] == "2023-11-14T22:14:21.500+00:00"
+
+
+def test_a_timestamp_is_what_isoformat_writes_to_the_millisecond() -> None:
+    """Every millisecond of a second, each 0.4 ms past it (truncated, not rounded), and the
+    next second's first: the cached second and the millisecond's looked-up tail agree with
+    `datetime`."""
+    for created in [1_700_000_000 + ms / 1000 + 0.0004 for ms in range(1000)] + [1_700_000_001.0]:
+        expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+        assert iso_utc(created) == expected, created
+    assert iso_utc(1_700_000_000.9994) == "2023-11-14T22:13:20.999+00:00"
 
 
 def _access_lines(stream: io.StringIO) -> list[dict[str, Any]]:
