@@ -6,7 +6,8 @@ Targets (issue 13): `GET /v1/gpus/{id}` and `GET /v1/models/{id}` >= 0.6 of plai
 20 ms; a 50-item list page >= 0.3; the middleware (request id, metrics, access log) costs at most
 15 % of `/healthz`'s throughput (Ridgeline with and without it). That cost is measured run for
 run, `/healthz` with the middleware against `/healthz` without it (the median of `--runs` pairs,
-each side first in turn); the figure from the two rows' ratios to the plain app is printed too,
+each side first in turn, with a distribution-free 95 % interval of that median: 21 pairs or
+more give a useful one); the figure from the two rows' ratios to the plain app is printed too,
 but it carries the noise of two more runs of the plain app.
 
     .venv/bin/python scripts/bench_api.py [--seconds 5] [--runs 3] [--workers 1]
@@ -24,6 +25,7 @@ from benchlib import (
     Compared,
     Load,
     compared,
+    median_interval,
     postgres_database,
     print_compared,
     running_plain,
@@ -116,9 +118,12 @@ def main() -> None:
         mine, bare_cpu = direct.result.cpu_us_per_request, direct.plain.cpu_us_per_request
         by_cpu = f"{1 - bare_cpu / mine:.0%}" if mine and bare_cpu else "n/a"
         costs = ", ".join(f"{1 - ratio:.0%}" for ratio in reversed(direct.ratios))
+        low, high = median_interval(direct.ratios)
         print(
             f"middleware cost on /healthz, run for run: {1 - direct.ratio:.0%} "
-            f"(by CPU {by_cpu}; {direct.plain.requests_per_s:.0f} req/s without it, "
+            f"(95 % interval of the median {1 - high:.0%} to {1 - low:.0%}, "
+            f"{len(direct.ratios)} pairs; "
+            f"by CPU {by_cpu}; {direct.plain.requests_per_s:.0f} req/s without it, "
             f"{direct.result.requests_per_s:.0f} with it; pairs {costs}) (target <= 15 %)"
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,6 +322,23 @@ def compared(
     plains = sorted((pair[2] for pair in pairs), key=lambda r: r.requests_per_s)
     ratios = tuple(pair[0] for pair in pairs)
     return Compared(mine, statistics.median(ratios), plains[len(plains) // 2], ratios)
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """An interval that holds the median of what `values` sample with at least `confidence`,
+    assuming nothing of their distribution: the k-th lowest and k-th highest value, for the
+    largest k with P(B < k) <= (1 - confidence) / 2, B ~ Binomial(n, 1/2) (21 values: the
+    6th and the 16th). Too few values for any such k (under 6 at 95 %): the whole range."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail = (1 - confidence) / 2
+    k, below = 0, 0.0  # below: P(B < k)
+    while k < n and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
 
 
 def print_compared(rows: list[Compared]) -> None:
