@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+from tests.scripts import load_script
 
 
 def _benchlib() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchlib", SCRIPTS / "benchlib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchlib")
 
 
 def test_the_median_interval_is_the_binomial_order_statistics() -> None:

@@ -4,21 +4,13 @@ must not be systematically optimistic. The figures themselves are in the README.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "validate_published.py"
+from tests.scripts import load_script
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("validate_published", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("validate_published")
 
 
 def test_profiles_beat_the_roofline_on_published_measurements() -> None:
