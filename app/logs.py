@@ -8,7 +8,7 @@ import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
-__all__ = ["REQUEST_ID", "JsonFormatter", "configure_logging", "iso_utc"]
+__all__ = ["REQUEST_ID", "JsonFormatter", "configure_logging", "iso_utc", "iso_utc_ms"]
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
@@ -27,12 +27,17 @@ _MILLIS = tuple(f".{ms:03d}+00:00" for ms in range(1000))
 
 def iso_utc(created: float) -> str:
     """ISO 8601 in UTC to the millisecond, as `datetime.isoformat(timespec="milliseconds")`."""
-    second = int(created)
+    return iso_utc_ms(int(created * 1000))
+
+
+def iso_utc_ms(ms: int) -> str:
+    """`iso_utc` of a time in whole milliseconds since the epoch."""
+    second, milli = divmod(ms, 1000)
     cached_second, text = _SECOND[0]
     if cached_second != second:
         text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _SECOND[0] = (second, text)
-    return text + _MILLIS[int((created - second) * 1000)]
+    return text + _MILLIS[milli]
 
 
 class JsonFormatter(logging.Formatter):

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.logs import JsonFormatter, iso_utc
+from app.logs import JsonFormatter, iso_utc_ms
 from app.web.metrics import HttpMetrics
 
-__all__ = ["RequestLog", "access_line"]
+__all__ = ["RequestLog", "access_lines"]
 
 _access_log = logging.getLogger("ridgeline.access")
 _ENCODER = json.JSONEncoder()
@@ -42,7 +42,7 @@ class RequestLog:
     logger.
 
     Where that logger ends in the handler `configure_logging` installs, the line is made here,
-    exactly as its formatter would make it (`access_line`), and both wait for the batch: a
+    exactly as its formatter would make it (`access_lines`), and both wait for the batch: a
     record through `logging` costs about 15 us a request. Where the lines go is looked up as
     a batch starts, so a change of handlers reaches lines from the next batch on. Anywhere
     else (a test capturing records, another configuration), each request is settled at once,
@@ -90,14 +90,7 @@ class RequestLog:
             for finished in waiting:
                 _log_record(finished)
             return
-        # To the microsecond: a float of few digits, whose shortest repr (the line's number)
-        # costs a fraction of a full-precision one's.
-        text = "".join(
-            [
-                access_line(created, method, path, status, route, round(s * 1e6) / 1e3, rid)
-                for created, method, path, status, route, s, rid in waiting
-            ]
-        )
+        text = access_lines(waiting)
         with handler.lock or contextlib.nullcontext():
             handler.stream.write(text)
             handler.flush()
@@ -130,34 +123,41 @@ def _flush_later(flush: Callable[[], None]) -> asyncio.TimerHandle | None:
     return loop.call_later(_FLUSH_S, flush)
 
 
-def access_line(  # noqa: PLR0917 - one line's fields, passed positionally on the hot path
-    created: float,
-    method: str,
-    path: str,
-    status: int,
-    route: str,
-    duration_ms: float,
-    request_id: str,
-) -> str:
-    """The access-log line `JsonFormatter` writes for a request's record, made directly.
-    `request_id` is one the middleware gave: letters, digits and `._:/+=-`, nothing to
-    escape."""
-    key = (method, path, status, route)
-    parts = _LINE_PARTS.get(key)
-    if parts is None:
-        parts = (
-            f'"level": "INFO", "logger": "{_access_log.name}", '
-            f'"message": {_json_string(f"{method} {path} {status}")}, ',
-            f'"route": {_json_string(route)}, "status": {status}, ',
+def access_lines(finished: list[_Finished]) -> str:
+    """The access-log lines `JsonFormatter` writes for these requests' records, made directly,
+    one after another. A request id is one the middleware gave: letters, digits and
+    `._:/+=-`, nothing to escape."""
+    lines = []
+    last_ms, stamp = -1, ""
+    for created, method, path, status, route, elapsed_s, request_id in finished:
+        ms = int(created * 1000)
+        if ms != last_ms:  # at 10,000 requests a second, ten share each millisecond's stamp
+            last_ms, stamp = ms, iso_utc_ms(ms)
+        parts = _LINE_PARTS.get((method, path, status, route))
+        if parts is None:
+            parts = _line_parts(method, path, status, route)
+        # The duration to the microsecond: a float of few digits, whose shortest repr (the
+        # line's number) costs a fraction of a full-precision one's.
+        lines.append(
+            f'{{"time": "{stamp}", {parts[0]}"request_id": "{request_id}", '
+            f'{parts[1]}"duration_ms": {round(elapsed_s * 1e6) / 1e3!r}}}\n'
         )
-        if len(path) <= _LINE_PARTS_PATH:
-            if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
-                _LINE_PARTS.clear()
-            _LINE_PARTS[key] = parts
-    return (
-        f'{{"time": "{iso_utc(created)}", {parts[0]}"request_id": "{request_id}", '
-        f'{parts[1]}"duration_ms": {duration_ms!r}}}\n'
+    return "".join(lines)
+
+
+def _line_parts(method: str, path: str, status: int, route: str) -> tuple[str, str]:
+    """The parts of a request's line before and after its request id that depend on its
+    method, path, status and route alone, kept in `_LINE_PARTS` for short paths."""
+    parts = (
+        f'"level": "INFO", "logger": "{_access_log.name}", '
+        f'"message": {_json_string(f"{method} {path} {status}")}, ',
+        f'"route": {_json_string(route)}, "status": {status}, ',
     )
+    if len(path) <= _LINE_PARTS_PATH:
+        if len(_LINE_PARTS) >= _LINE_PARTS_KEPT:
+            _LINE_PARTS.clear()
+        _LINE_PARTS[method, path, status, route] = parts
+    return parts
 
 
 _LINE_PARTS: dict[tuple[str, str, int, str], tuple[str, str]] = {}

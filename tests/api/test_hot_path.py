@@ -27,7 +27,7 @@ from app.logs import REQUEST_ID, JsonFormatter, iso_utc
 from app.web import request_log
 from app.web.deps import cached_read
 from app.web.memo import ResponseMemo, raw_key
-from app.web.request_log import _json_string, access_line
+from app.web.request_log import _json_string, access_lines
 from tests.conftest import AUTH, reset_database
 from tests.servers import served
 
@@ -277,40 +277,49 @@ def test_two_workers_serve_one_database_and_stay_current(database: str) -> None:
         "/v1/gpus/tab\there\x7f",  # control characters: escaped
     ],
 )
-def test_an_access_line_is_what_the_json_formatter_writes(path: str) -> None:
-    """Twice: the second line takes its request's fixed parts from those kept for the first."""
+def test_access_lines_are_what_the_json_formatter_writes(path: str) -> None:
+    """A batch of four: two in one millisecond (sharing its stamp), one in the next, one a
+    minute on; made twice, the second time from the fixed parts kept the first."""
     access = logging.getLogger("ridgeline.access")
-    for created, duration_ms, request_id in (
-        (1_700_000_000.25, 0.123, "abc-123"),
-        (1_700_000_061.5, 41.007, "def-456"),
-    ):
+    route = "/v1/gpus/{entry_id}"
+    finished = [
+        (1_700_000_000.2501, "GET", path, 404, route, 0.000123, "abc-123"),
+        (1_700_000_000.2504, "GET", path, 404, route, 0.041007, "def-456"),
+        (1_700_000_000.2512, "GET", path, 404, route, 0.0015, "ghi-789"),
+        (1_700_000_061.5, "GET", path, 404, route, 1.25, "jkl-012"),
+    ]
+    expected = []
+    for created, method, _, status, _, elapsed_s, request_id in finished:
         record = access.makeRecord(
             access.name,
             logging.INFO,
             __file__,
             0,
             "%s %s %s",
-            ("GET", path, 404),
+            (method, path, status),
             None,
-            extra={"route": "/v1/gpus/{entry_id}", "status": 404, "duration_ms": duration_ms},
+            extra={
+                "route": route,
+                "status": status,
+                "duration_ms": round(elapsed_s * 1e6) / 1e3,  # as _log_record rounds it
+            },
         )
         record.created = created
         token = REQUEST_ID.set(request_id)
         try:
-            expected = JsonFormatter().format(record) + "\n"
+            expected.append(JsonFormatter().format(record) + "\n")
         finally:
             REQUEST_ID.reset(token)
-        line = access_line(
-            record.created,
-            method="GET",
-            path=path,
-            status=404,
-            route="/v1/gpus/{entry_id}",
-            duration_ms=duration_ms,
-            request_id=request_id,
-        )
-        assert line == expected
-    assert json.loads(line)["time"] == "2023-11-14T22:14:21.500+00:00"
+    assert access_lines(finished) == "".join(expected)
+    assert access_lines(finished) == "".join(expected)
+    lines = [json.loads(line) for line in access_lines(finished).splitlines()]
+    assert [line["time"][-12:] for line in lines] == [
+        "20.250+00:00",
+        "20.250+00:00",
+        "20.251+00:00",
+        "21.500+00:00",
+    ]
+    assert [line["duration_ms"] for line in lines] == [0.123, 41.007, 1.5, 1250.0]
 
 
 def test_a_timestamp_is_what_isoformat_writes_to_the_millisecond() -> None:
