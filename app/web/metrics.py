@@ -103,7 +103,7 @@ class _RequestCollector(Collector):
         series = [(key, list(values)) for key, values in list(self.metrics.series.items())]
         by_route: dict[tuple[str, str], list[float]] = {}
         for (method, route, status), values in series:
-            count = sum(values[:_SUM])
+            count = _count(values)
             requests.add_metric([method, route, str(status)], count, created=values[_CREATED])
             merged = by_route.get((method, route))
             if merged is None:
@@ -131,6 +131,11 @@ class _RequestCollector(Collector):
         yield latency
 
 
+def _count(values: list[float]) -> float:
+    """The requests a series counted: the sum of its buckets."""
+    return sum(values[:_SUM])
+
+
 class HttpMetrics:
     """The request counter and latency histogram, process metrics and the heavy-work pool's
     figures, in a registry of the app's own."""
@@ -148,6 +153,11 @@ class HttpMetrics:
         """(method, route template, status) -> requests per latency bucket (+Inf last), their
         latency sum, and when the first was counted."""
         self.registry.register(_RequestCollector(self))
+
+    def observed(self, method: str, route: str, status: int) -> int:
+        """Requests of this method, route template and status observed so far."""
+        values = self.series.get((method, route, status))
+        return 0 if values is None else round(_count(values))
 
     def observe(self, method: str, route: str, status: int, elapsed_s: float) -> None:
         """Count one request and its latency."""
