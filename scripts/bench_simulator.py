@@ -5,7 +5,12 @@ engine's `StepCostModel`, for Poisson traffic of prompt p50/p90/p99 = 1000/3000/
 output 200/500/1000, at fractions of the replica's capacity; the capacity is measured first, as
 the arrival rate minus the backlog growth of an overloaded run. Run from the repository root:
 
-    .venv/bin/python scripts/bench_simulator.py [--requests 100000] [--repeats 3]
+    .venv/bin/python scripts/bench_simulator.py [--requests 100000] [--repeats 3] [--profile]
+    .venv/bin/python scripts/bench_simulator.py --instructions [--requests 20000] [--profile]
+
+`--instructions` counts, with valgrind (callgrind), the CPU instructions the event loop's runs
+take (`_Run.execute` and all it calls: the step timer, the scheduler), one load per process: a
+figure that hardly moves with what else the machine runs, for before/after comparisons.
 
 The target (issue 12) is 100,000 requests in under 1 s at any load, and a few thousand requests
 (one planner probe) in tens of milliseconds. The first lines say whether the event loop runs
@@ -17,7 +22,10 @@ the process's CPU time, steadier than the wall clock on a shared machine; both a
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document
+from app.engine._native import is_compiled
 from app.engine.memory import memory_plan
 from app.engine.profiles import ProfiledStepCost
 from app.engine.simulation import SchedulerConfig, SimulationResult, loop, simulate
-from app.engine.simulation._native import is_compiled
 from app.engine.specs import (
     Deployment,
     GpuSpec,
@@ -61,6 +69,42 @@ def run(
     return result, time.perf_counter() - start, time.process_time() - start_cpu
 
 
+LOADS = [(0.3, None), (0.7, None), (0.9, None), (1.2, None), (0.7, 3000)]
+"""(fraction of capacity, requests: None for `--requests`) of each row."""
+
+
+def instructions(args: argparse.Namespace, capacity: float) -> None:
+    """Each row's instructions in `_Run.execute` (inclusive), one valgrind process a row (at the
+    capacity this process measured)."""
+    print(f"{'load':>5} {'requests':>9} {'instructions':>14} {'per request':>12}")
+    for row, (fraction, count) in enumerate(LOADS):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = f"{tmp}/callgrind.out"
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                "--toggle-collect=*_Run*execute*",
+                sys.executable,
+                __file__,
+                "--row",
+                str(row),
+                "--requests",
+                str(args.requests),
+                "--repeats",
+                "1",
+                "--capacity",
+                repr(float(capacity)),
+                *(["--profile"] if args.profile else []),
+            ]
+            subprocess.run(command, check=True, capture_output=True)
+            with open(out) as dump:
+                match = re.search(r"^totals:\s+(\d+)", dump.read(), re.MULTILINE)
+            total = int(match.group(1)) if match else 0
+        requests = count or args.requests
+        print(f"{fraction:>5.1f} {requests:>9,} {total:>14,} {total / requests:>12,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
@@ -70,6 +114,11 @@ def main() -> None:
         action="store_true",
         help="time steps with the H100's bundled vLLM profile instead of the roofline",
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions with valgrind instead"
+    )
+    parser.add_argument("--row", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--capacity", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     model, gpu = catalog_target()
@@ -80,9 +129,15 @@ def main() -> None:
     plan = memory_plan(model, gpu, Deployment())
     kv_tokens = int(plan.kv_pool_bytes / plan.kv_bytes_per_token)
 
-    overload = PoissonWorkload(100.0, 5000, PROMPTS, OUTPUTS).trace(seed=0)
-    probe, _, _ = run(overload, timer, kv_tokens)
-    capacity = 100.0 - probe.backlog_growth_requests_per_s
+    if args.capacity is None:
+        overload = PoissonWorkload(100.0, 5000, PROMPTS, OUTPUTS).trace(seed=0)
+        probe, _, _ = run(overload, timer, kv_tokens)
+        capacity = 100.0 - probe.backlog_growth_requests_per_s
+    else:
+        capacity = args.capacity
+    if args.instructions:
+        instructions(args, capacity)
+        return
     print(
         f"Llama-3.1-8B on H100 SXM5 (catalog efficiency), KV cache {kv_tokens:,} tokens, "
         f"capacity ~{capacity:.1f} req/s"
@@ -94,13 +149,9 @@ def main() -> None:
         f"{'cpu s':>6} {'req/s wall':>11} {'us/step':>8} {'preempted':>9} {'saturated':>9} "
         f"{'TTFT p99 ms':>12}"
     )
-    for fraction, count in [
-        (0.3, args.requests),
-        (0.7, args.requests),
-        (0.9, args.requests),
-        (1.2, args.requests),
-        (0.7, 3000),
-    ]:
+    rows = LOADS if args.row is None else [LOADS[args.row]]
+    for fraction, given in rows:
+        count = given or args.requests
         trace = PoissonWorkload(fraction * capacity, count, PROMPTS, OUTPUTS).trace(seed=1)
         timings = [run(trace, timer, kv_tokens) for _ in range(args.repeats)]
         result = timings[0][0]

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from app.catalog.loader import bundled_gpus, bundled_models
-from app.catalog.profiles import bundled_document, bundled_refs, choose_profile
+from app.catalog.profiles import bundled_document, bundled_refs, choose_engine
 from app.engine.dtypes import DType
 from app.engine.estimates import estimate_prefill, estimate_request
 from app.engine.profiles import Profile, ProfiledStepCost
+from app.engine.serving import parse_engine
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
@@ -74,9 +75,10 @@ def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]
         refs = tuple(r for r in bundled_refs() if r.gpu == gpu.id)
         # As the service chooses: the run's engine's profile; the roofline when the GPU has
         # none for that engine; the GPU's default when the source names no engine.
-        ref = choose_profile(refs, point["engine"])
-        if ref is not None:
-            profile = _profile(ref.id)
+        named = point["engine"]
+        choice = choose_engine(None if named is None else parse_engine(named), refs, gpu=gpu.id)
+        if choice.profile is not None:
+            profile = _profile(choice.profile.id)
             return ProfiledStepCost(model, gpu, deployment, profile), profile.label
     return StepCostModel(model, gpu, deployment, gpu.efficiency), "roofline"
 

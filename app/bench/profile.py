@@ -29,8 +29,9 @@ from app.bench.catalog import bundled_entries, find_model, run_model_spec
 from app.bench.device import TORCH_DTYPES, timer_for, torch_device
 from app.bench.timing import measure
 from app.engine.dtypes import DType
+from app.engine.serving import EngineName, policy_of
 from app.formats.catalog_specs import gpu_spec_from_fields
-from app.formats.profile_document import ENGINE_OVERHEAD, ENGINES, ProfileDocument, fit_tables
+from app.formats.profile_document import ProfileDocument, default_overhead, fit_tables
 from app.formats.run_document import DeviceKind
 
 __all__ = ["main", "profile_document"]
@@ -126,7 +127,7 @@ def profile_document(
             "note": f"median of {repeats} timed runs after {warmup} warm-up; attention kernel "
             f"{kernel.name.value}; engine overhead: the documented default for {engine}",
         },
-        "overhead": ENGINE_OVERHEAD[engine],
+        "overhead": default_overhead(engine),
         "gemm": [gemm],
         "prefill_attention": [layout | {"batch": batches, "tokens": lengths, "ms": prefill}],
         "decode_attention": [layout | {"batch": batches, "tokens": lengths, "ms": decode}],
@@ -149,8 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model", required=True, help="catalog model id, e.g. llama-3-8b")
     parser.add_argument("--gpu", required=True, help="the catalog GPU id this GPU is")
-    parser.add_argument("--engine", choices=ENGINES, default="vllm")
-    parser.add_argument("--engine-version", default="measured")
+    engines = [name.value for name in EngineName if policy_of(name).overhead is not None]
+    parser.add_argument("--engine", choices=engines, default="vllm")
+    parser.add_argument(
+        "--engine-version",
+        default=None,
+        help="the engine release these kernels stand for (default: its newest Ridgeline models)",
+    )
     parser.add_argument("--device", choices=[k.value for k in DeviceKind], default="cuda")
     parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--max-tokens", type=int, default=8192)
@@ -168,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model=model,
         gpu=args.gpu,
         engine=args.engine,
-        version=args.engine_version,
+        version=args.engine_version or policy_of(args.engine).version(None) or "",
         kind=DeviceKind(args.device),
         dtype=DType(args.dtype),
         max_tokens=args.max_tokens,

@@ -8,9 +8,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.catalog.schemas import ModelArchitecture
+from app.engine.serving import ENGINE_PATTERN
 from app.plans.schemas import Slo
 from app.simulations.schemas import LengthDistribution
-from app.targets.schemas import ENGINE_PATTERN, Format
+from app.targets.schemas import ENGINE_DESCRIPTION, Format
 from app.web.schemas import BF16_FORMAT, CATALOG_REF, Input
 
 __all__ = ["CapacityPredicted", "CapacityRequest", "CapacityResponse"]
@@ -63,8 +64,7 @@ class CapacityRequest(Input):
     engine: str | None = Field(
         default=None,
         pattern=ENGINE_PATTERN,
-        description="The serving engine whose measured profile times the steps (`vllm`, "
-        "`sglang`, `trtllm`, `name@version`, `roofline`); default: the GPU's default profile.",
+        description=ENGINE_DESCRIPTION,
     )
     efficiency: Literal["calibrated", "ideal"] = Field(
         default="calibrated", description="Time steps with the GPU's calibration, or ideally."
@@ -140,7 +140,15 @@ class CapacityResponse(BaseModel):
         "null without an observed rate."
     )
     kv_capacity_tokens: int = Field(description="KV cache of one replica, tokens.")
-    engine: str = Field(description="What timed the steps: `vllm@0.24.0`, or `roofline`.")
+    engine: str = Field(
+        description=(
+            "The engine whose behaviour was simulated, `name@version` (`vllm@0.24.0`), or "
+            "`roofline`; `warnings` says when the roofline timed a named engine's steps."
+        )
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What the answer should be read with."
+    )
     probe_requests: int = Field(description="Requests in each simulation probe.")
     simulations: int = Field(description="Simulation probes the search ran.")
     cached: bool = Field(description="Answered from the cache (simulated earlier).")

@@ -24,14 +24,14 @@ from app.capacity.search import (
     replicas_for,
     sustainable_rate,
 )
-from app.catalog.profiles import ProfileRef, choose_profile
+from app.catalog.profiles import EngineChoice, choose_engine
 from app.catalog.spec_cache import CachedGpu, SpecCache
 from app.engine.dtypes import DType
 from app.engine.planning import GpuOffer, Slo, Traffic, TtftBucket
 from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
 from app.errors import spec_errors
 from app.simulations.service import length_distribution
-from app.targets.schemas import model_query
+from app.targets.schemas import engine_query, model_query
 from app.targets.service import resolve_model
 
 __all__ = [
@@ -58,12 +58,12 @@ class ResolvedDeployment:
     model: ModelSpec
     model_id: str
     gpu: CachedGpu
-    profile: ProfileRef | None
+    choice: EngineChoice
     key: tuple[str, str, str, str]
 
     @property
     def engine(self) -> str:
-        return self.profile.label if self.profile is not None else "roofline"
+        return self.choice.engine.label
 
     @property
     def name(self) -> str:
@@ -83,12 +83,16 @@ def resolve_deployment(cache: SpecCache, body: CapacityRequest) -> ResolvedDeplo
     the field for an unknown id."""
     model, model_id, _version = resolve_model(cache, model_query(body.model))
     gpu = cache.gpu(body.gpu, "gpu")
-    profile = None
-    if body.efficiency == "calibrated":
-        profile = choose_profile(gpu.profiles, body.engine)
+    choice = choose_engine(
+        engine_query(body.engine),
+        gpu.profiles,
+        gpu=gpu.spec.id,
+        measured=body.efficiency == "calibrated",
+    )
     question = body.model_dump_json(exclude={"observed_requests_per_s", "headroom", "name"})
-    key = (question, repr(model), gpu.spec_key, profile.id if profile is not None else "")
-    return ResolvedDeployment(body, model, model_id, gpu, profile, key)
+    timed = choice.profile.id if choice.profile is not None else ""
+    key = (question, repr(model), gpu.spec_key, f"{choice.engine.label} {timed}")
+    return ResolvedDeployment(body, model, model_id, gpu, choice, key)
 
 
 def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> CapacityQuestion:
@@ -96,10 +100,13 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
     database); 422 naming the field when the lengths or SLOs are impossible."""
     body = resolved.body
     efficiency = IDEAL_EFFICIENCY if body.efficiency == "ideal" else None
-    profile = cache.profile(resolved.profile) if resolved.profile is not None else None
+    ref = resolved.choice.profile
+    profile = cache.profile(ref) if ref is not None else None
     context = resolved.model.max_context_tokens
     with spec_errors():
-        offer = GpuOffer(resolved.gpu.spec, _PLACEHOLDER_PRICE, efficiency, profile)
+        offer = GpuOffer(
+            resolved.gpu.spec, _PLACEHOLDER_PRICE, efficiency, profile, resolved.choice.engine
+        )
         traffic = Traffic(
             requests_per_s=1.0,
             prompt_tokens=length_distribution(body.prompt_tokens.query(), "prompt_tokens", context),
@@ -212,6 +219,7 @@ def answer(
         replicas=replicas,
         kv_capacity_tokens=found.kv_capacity_tokens,
         engine=resolved.engine,
+        warnings=list(resolved.choice.warnings),
         probe_requests=found.probe_requests,
         simulations=found.simulations,
         cached=cached,

@@ -18,22 +18,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.profile_rows import ProfileRow
-from app.engine.profiles import Profile, engine_label
+from app.engine.profiles import Profile
+from app.engine.serving import ROOFLINE, EngineName, ServingEngine, release
 from app.formats.profile_document import ProfileDocument
 
 __all__ = [
-    "ROOFLINE",
+    "EngineChoice",
     "ProfileLibrary",
     "ProfileRef",
     "bundled_document",
     "bundled_refs",
-    "choose_profile",
+    "choose_engine",
     "profile_refs",
     "version_key",
 ]
-
-ROOFLINE = "roofline"
-"""The `engine` that asks for the roofline, whatever profiles the GPU has."""
 
 
 def _data(name: str) -> str:
@@ -54,8 +52,12 @@ class ProfileRef:
     bundled: bool
 
     @property
+    def serving_engine(self) -> ServingEngine:
+        return ServingEngine(EngineName(self.engine), self.version)
+
+    @property
     def label(self) -> str:
-        return engine_label(self.engine, self.version)
+        return self.serving_engine.label
 
 
 @cache
@@ -84,28 +86,81 @@ def profile_refs(session: Session, gpu_id: str) -> tuple[ProfileRef, ...]:
 
 
 def version_key(version: str) -> tuple[Any, ...]:
-    """An engine version as a sort key: numeric parts as numbers (0.5.14 after 0.5.9), a
-    release-candidate tag as its own part (1.3.0rc20 after 1.3.0rc9); any two keys compare."""
-    parts = version.replace("rc", ".rc.").split(".")
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
+    """An engine version as a sort key: releases in release order (0.5.14 after 0.5.9,
+    1.3.0rc20 after 1.3.0rc9), anything that is not a release before them, by its text."""
+    found = release(version)
+    return (1, found, "") if found is not None else (0, None, version)
 
 
-def choose_profile(refs: tuple[ProfileRef, ...], engine: str | None) -> ProfileRef | None:
-    """The profile an `engine` asks for among `refs`: none given, the GPU's default (an
-    uploaded default before a bundled one); `name`, that engine's default or else its newest
-    version; `name@version`, exactly that; `roofline`, none."""
-    if engine == ROOFLINE:
-        return None
-    if engine is None:
-        return next((ref for ref in refs if ref.default), None)
-    name, _, version = engine.partition("@")
-    matching = [ref for ref in refs if ref.engine == name]
-    if version:
-        return next((ref for ref in matching if ref.version == version), None)
-    if not matching:
-        return None
-    defaults = [ref for ref in matching if ref.default]
-    return defaults[0] if defaults else max(matching, key=lambda ref: version_key(ref.version))
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """The engine a request runs on a GPU and what times its steps: one of the GPU's profiles
+    of that engine, or the roofline (`profile` None), with the warning that says so."""
+
+    engine: ServingEngine
+    """Resolved: a version for every engine but the roofline."""
+    profile: ProfileRef | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def basis(self) -> str:
+        """What times the steps without a profile: `roofline`, with why when the engine named
+        has no profile here."""
+        if self.engine.name is EngineName.ROOFLINE or not self.warnings:
+            return ROOFLINE.label
+        return f"roofline (no {self.engine.label} profile for this GPU)"
+
+
+def choose_engine(
+    requested: ServingEngine | None,
+    refs: tuple[ProfileRef, ...],
+    *,
+    gpu: str,
+    measured: bool = True,
+) -> EngineChoice:
+    """The engine `requested` runs on the GPU whose profiles are `refs`, and the profile that
+    times it. The one resolution every route uses:
+
+    - none requested: the GPU's default profile's engine (an uploaded default before a bundled
+      one), else the roofline;
+    - `name`: that engine's default profile here, else its newest; without one, the engine's
+      newest release, timed by the roofline with a warning;
+    - `name@version`: that profile; without one, that release timed by the roofline, warned;
+    - `roofline`: the roofline.
+
+    `measured` False (an ideal or explicit efficiency: a roofline what-if) times every engine
+    by the roofline, without a warning. The scheduler follows the engine either way."""
+    if requested is None:
+        default = next((ref for ref in refs if ref.default), None)
+        if default is None:
+            return EngineChoice(ROOFLINE, None)
+        return EngineChoice(default.serving_engine, default if measured else None)
+    if requested.name is EngineName.ROOFLINE:
+        return EngineChoice(ROOFLINE, None)
+    matching = [ref for ref in refs if ref.serving_engine.name is requested.name]
+    if requested.version is not None:
+        found = next((ref for ref in matching if ref.version == requested.version), None)
+    elif matching:
+        defaults = [ref for ref in matching if ref.default]
+        found = defaults[0] if defaults else max(matching, key=lambda r: version_key(r.version))
+    else:
+        found = None
+    if found is not None:
+        return EngineChoice(found.serving_engine, found if measured else None)
+    engine = requested.resolved()
+    if not measured:
+        return EngineChoice(engine, None)
+    have = ", ".join(sorted(ref.label for ref in refs)) or "none"
+    return EngineChoice(
+        engine,
+        None,
+        (
+            f"GPU {gpu} has no {engine.label} profile (profiles: {have}): its steps are timed "
+            f"by the roofline at the GPU's calibrated efficiency, with {engine.policy.title}'s "
+            "scheduler and CUDA graphs; upload a profile (POST /v1/profiles) to time its "
+            "kernels",
+        ),
+    )
 
 
 class ProfileLibrary:

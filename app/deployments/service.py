@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from app.catalog.profiles import choose_profile, profile_refs
+from app.catalog.profiles import choose_engine, profile_refs
 from app.catalog.repository import ModelRepository
 from app.catalog.spec_cache import SpecCache
 from app.deployments.arguments import Engine, EngineArguments, engine_arguments, helm_chart
@@ -31,9 +31,11 @@ from app.deployments.schemas import (
     UnsupportedSetting,
 )
 from app.engine.dtypes import DType
+from app.engine.serving import EngineName, ServingEngine, policy_of
 from app.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from app.plans.schemas import CandidateRead, PlanRead
 from app.plans.service import PlanNotDone, get_plan, plan_in_full
+from app.targets.schemas import engine_query
 
 __all__ = ["CandidateNotFound", "PlanNotReady", "render_deployment"]
 
@@ -82,9 +84,9 @@ def _candidate(plan: PlanRead, rank: int) -> CandidateRead:
     return candidate
 
 
-def _engine(target: Target, engine: Engine | None, plan_engine: str | None) -> Engine:
+def _engine(target: Target, engine: Engine | None, planned: ServingEngine) -> Engine:
     """The engine a target launches: the target's own, or for manifests the one asked for, else
-    the plan's (when it named one), else vLLM."""
+    the one the plan simulated, else (the roofline) vLLM."""
     if target in (Target.VLLM, Target.SGLANG, Target.TRTLLM):
         if engine is not None and engine.value != target.value:
             raise InvalidInput.at("engine", f"target {target.value} launches {target.value}")
@@ -96,8 +98,9 @@ def _engine(target: Target, engine: Engine | None, plan_engine: str | None) -> E
         return Engine.VLLM
     if engine is not None:
         return engine
-    name = (plan_engine or "").split("@", 1)[0]
-    return Engine(name) if name in {e.value for e in Engine} else Engine.VLLM
+    if planned.name is EngineName.ROOFLINE:
+        return Engine.VLLM
+    return Engine(planned.name.value)
 
 
 def _served_model(
@@ -129,12 +132,6 @@ def _served_model(
                 )
             )
     return ServedModel(path, name, checkpoint, moe), unsupported, notes
-
-
-def _image_tag(engine: Engine, version: str | None) -> str:
-    if version is None:
-        return "latest"
-    return version if engine is Engine.TRTLLM else f"v{version}"
 
 
 def _replica(plan: PlanRead, candidate: CandidateRead) -> PlannedReplica:
@@ -182,20 +179,20 @@ def render_deployment(
     plan = _done_plan(session, plan_id)
     candidate = _candidate(plan, rank)
     plan_engine = plan.request.get("engine")
-    chosen = _engine(target, engine, plan_engine if isinstance(plan_engine, str) else None)
+    planned = choose_engine(
+        engine_query(plan_engine if isinstance(plan_engine, str) else None),
+        profile_refs(session, candidate.gpu),
+        gpu=candidate.gpu,
+    ).engine
+    chosen = _engine(target, engine, planned)
     model, unsupported, notes = _served_model(session, cache, plan, model_path)
     replica = _replica(plan, candidate)
 
-    profile = choose_profile(
-        profile_refs(session, candidate.gpu),
-        plan_engine if isinstance(plan_engine, str) else None,
-    )
-    version = profile.version if profile is not None and profile.engine == chosen.value else None
+    version = planned.version if planned.name is EngineName(chosen.value) else None
     if version is None:
-        timed = "the roofline" if profile is None else f"{profile.engine} {profile.version}"
         notes.append(
-            f"the plan was timed with {timed}, not {chosen.value}: its latencies are that "
-            f"engine's; the image tag is latest"
+            f"the plan simulated {planned.policy.title}, not {chosen.value}: its latencies are "
+            "that engine's; the image tag is latest"
         )
     args = engine_arguments(chosen)
     if version is not None and version.split(".")[:2] != args.version.split(".")[:2]:
@@ -209,7 +206,7 @@ def render_deployment(
     files = dict(engine_launch.files)
     unsupported += engine_launch.unsupported
     notes += engine_launch.notes
-    tag = _image_tag(chosen, version)
+    tag = policy_of(chosen.value).image_tag(version)
     if target is Target.KUBERNETES:
         labels = {"ridgeline.io/plan": plan.id, "ridgeline.io/rank": str(rank)}
         text, one_pod = kubernetes_manifest(

@@ -196,7 +196,7 @@ def recommend_chunk_size(
     budget_s = itl_slo_ms / MS_PER_S
 
     seqs, context = decode.decode_seqs, decode.decode_context_tokens
-    step_seconds = cost.step_seconds_function()
+    step_seconds = cost.step_seconds
 
     def worst_step_s(chunk: int) -> float:
         # The deepest chunk of the long prompt: c = long - chunk cached tokens before it

@@ -515,11 +515,11 @@ def window_bounded(c: OpCoefficients, load: StepLoad) -> tuple[float, float, flo
 
 def bounded_by_window(  # noqa: PLR0917 - positional: StepLoad's fields, in step loops
     c: OpCoefficients,
-    prefill_tokens: int,
-    prefill_chunks: int,
+    prefill_tokens: float,
+    prefill_chunks: float,
     pairs: float,
     kv_tokens: float,
-    decode_seqs: int,
+    decode_seqs: float,
     context: float,
 ) -> tuple[float, float, float]:
     """A step's attention pairs, prefill KV reads and decode context tokens with the windowed

@@ -240,7 +240,7 @@ def _candidate(
             f"{plan.kv_pool_bytes / GB:.1f} GB KV pool ({per_pool} sequences of {context_tokens} "
             "tokens)"
         )
-    step_seconds = cost.step_seconds_function()
+    step_seconds = cost.step_seconds
     prefill_s, decode_s = step_seconds(*prefill.fields()), step_seconds(*decode.fields())
     ttft_ms, tpot_ms = prefill_s * MS_PER_S, decode_s * MS_PER_S
     meets: bool | None = None

@@ -1,27 +1,35 @@
-"""The single source of step time: `StepCostModel.seconds(load: StepLoad) -> float`.
+"""The one definition of a step's time: `StepCostModel.step_seconds` (and `seconds(load)`).
 
-Built once from (model, gpu, deployment, efficiency), it folds every per-token count of
-`app.engine.counting` together with the GPU's peaks, bandwidth, interconnect and efficiencies
-into a few floats, so timing a step is a dozen multiplications and `max`es: no per-layer loops.
-Prefill and decode estimates, the chunk-size search and the serving simulator all time their steps
-here, so they cannot disagree.
+Built once from (model, gpu, deployment, efficiency), it holds one object per op family
+(`app.engine.ops`: the GEMMs, the experts, prefill and decode attention, communication, the
+engine's overhead), each folding the per-token counts of `app.engine.counting` together with the
+GPU's peaks, bandwidth, interconnect and efficiencies into a few floats. A step is the sum of
+its op classes' times plus communication and overhead; prefill and decode estimates, the
+chunk-size search, the planner and the serving simulator all time their steps here, so they
+cannot disagree. A measured profile (`app.engine.profiles.ProfiledStepCost`) replaces single
+families by measured ones and keeps this step.
 
 Per GPU of a tensor-parallel group, a step takes
 
     sum over op classes of max(FLOPs / (peak * eta_compute), bytes / (bandwidth * eta_memory))
-    + tensor-parallel all-reduces + efficiency.overhead_ms            (docs/model.md)
+    + tensor-parallel all-reduces + layout exchanges + overhead            (docs/model.md)
 
 GEMMs (QKV, O, FFN, experts) compute in `compute_dtype_for(weight_dtype)` at `efficiency.gemm`;
 the router and LM head stay in the activation format at `efficiency.gemm`; attention computes in
-`attention_dtype_for(gpu, deployment)` at `efficiency.attention`. An empty step takes 0 s.
+`attention_dtype_for(gpu, deployment)` at `efficiency.attention`. An attention data-parallel
+layout times one rank's share of the step, windowed layers their window; a decode-only step runs
+at the engine's next CUDA-graph batch size up (`graph_sizes`). An empty step takes 0 s.
+
+Compiled with mypyc (setup.py) together with `app.engine.ops` and the measured families; the
+source runs the same, only slower (tests/engine/test_compiled.py compares the two).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Hashable
-from itertools import starmap
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from app.engine.counting import (
     CountTotals,
@@ -32,13 +40,18 @@ from app.engine.counting import (
     bounded_by_window,
     count_step,
     count_totals,
-    expected_distinct_experts,
     op_coefficients,
     pairs_for_chunk,
-    straggler_factor,
-    window_bounded,
 )
 from app.engine.dtypes import BYTES_PER_ELEMENT, DType, compute_dtype_for
+from app.engine.ops import (
+    Communication,
+    DecodeAttention,
+    Experts,
+    LinearOp,
+    Overhead,
+    PrefillAttention,
+)
 from app.engine.specs import (
     IDEAL_EFFICIENCY,
     Deployment,
@@ -57,31 +70,13 @@ from app.engine.timing import (
     TimeTotals,
     allreduce_seconds,
 )
-from app.engine.units import MS_PER_S
 
 T = TypeVar("T")
 
-__all__ = ["StepCostModel", "decode_load", "prefill_load"]
+__all__ = ["StepCostModel", "decode_load", "prefill_load", "trapezoid_sum"]
 
-_MEMO_SIZE = 1 << 16
-"""At most this many entries in each of one `StepCostModel`'s memos (token counts of a step's
-rows, counts of its sequences)."""
 _DERIVED_KEPT = 64
 """At most this many values in one `StepCostModel`'s `derived` store."""
-# The op classes as module globals for `_op_times`, which names each of a step's: reading a
-# global is a quarter of the cost of `OpClass.X`.
-_QKV_PROJ, _O_PROJ, _FFN, _MOE_ROUTER, _MOE_EXPERTS = (
-    OpClass.QKV_PROJ,
-    OpClass.O_PROJ,
-    OpClass.FFN,
-    OpClass.MOE_ROUTER,
-    OpClass.MOE_EXPERTS,
-)
-_LM_HEAD, _PREFILL_ATTENTION, _DECODE_ATTENTION = (
-    OpClass.LM_HEAD,
-    OpClass.PREFILL_ATTENTION,
-    OpClass.DECODE_ATTENTION,
-)
 
 
 def prefill_load(
@@ -113,74 +108,32 @@ def decode_load(batch_size: int, context_tokens: int) -> StepLoad:
     return StepLoad(decode_seqs=batch_size, decode_context_tokens=batch_size * context_tokens)
 
 
+class StepRecord:
+    """What `StepCostModel.step_seconds` adds up, kept for a breakdown: each op class's
+    (compute s, memory s), the communication and the overhead of the step."""
+
+    def __init__(self) -> None:
+        self.rows: list[OpTimeRow] = []
+        self.communication_s = 0.0
+        self.overhead_s = 0.0
+
+
+def _add(record: StepRecord | None, op_class: OpClass, compute_s: float, memory_s: float) -> float:
+    """An op class's time, max(compute, memory), recorded when a breakdown is asked for."""
+    if record is not None:
+        record.rows.append((op_class, compute_s, memory_s))
+    return memory_s if memory_s > compute_s else compute_s
+
+
 class StepCostModel:
     """Times `StepLoad`s of one (model, gpu, deployment, efficiency). Immutable once built.
+
+    `graph_sizes` are the decode batch sizes the serving engine captures CUDA graphs at (its
+    policy's, `app.engine.serving`); empty: every batch runs at its own size.
 
     Raises `SpecError` when the deployment is impossible: `tp` that cannot split the heads, a
     weight format the GPU cannot compute in.
     """
-
-    _REBUILT_ON_USE: ClassVar[tuple[str, ...]] = ("_step_function",)
-    """Slots holding closures, left out of a pickle (`__getstate__`)."""
-
-    __slots__ = (
-        "_absorb_c",
-        "_activation_rate",
-        "_attention_rate",
-        "_bandwidth",
-        "_comm_latency_s",
-        "_comm_s_per_token",
-        "_decode_pair_c",
-        "_decode_qo_kv_s",
-        "_derived",
-        "_dp",
-        "_exp_a",
-        "_exp_c",
-        "_exp_shared",
-        "_exp_w",
-        "_expand_c",
-        "_experts_per_token",
-        "_ffn_a",
-        "_ffn_c",
-        "_ffn_w",
-        "_gemm_rate",
-        "_has_ffn",
-        "_has_layout_comm",
-        "_has_moe",
-        "_head_memo",
-        "_imbalance",
-        "_kv_s",
-        "_layout_latency_s",
-        "_layout_s_per_token",
-        "_lm_a",
-        "_lm_c",
-        "_lm_w",
-        "_num_experts",
-        "_o_a",
-        "_o_c",
-        "_o_w",
-        "_overhead_s",
-        "_pair_c",
-        "_qkv_a",
-        "_qkv_c",
-        "_qkv_w",
-        "_qo_kv_s",
-        "_router_a",
-        "_router_c",
-        "_router_w",
-        "_rows_memo",
-        "_stage_s_per_token",
-        "_step_function",
-        "_windowed",
-        "attention_dtype",
-        "coefficients",
-        "deployment",
-        "efficiency",
-        "expert_dtype",
-        "gemm_dtype",
-        "gpu",
-        "model",
-    )
 
     def __init__(
         self,
@@ -188,15 +141,21 @@ class StepCostModel:
         gpu: GpuSpec,
         deployment: Deployment | None = None,
         efficiency: Efficiency = IDEAL_EFFICIENCY,
+        graph_sizes: tuple[int, ...] = (),
     ) -> None:
         deployment = deployment or Deployment()
         self.model = model
         self.gpu = gpu
         self.deployment = deployment
         self.efficiency = efficiency
+        self.graph_sizes = graph_sizes
         self.gemm_dtype: DType = compute_dtype_for(deployment.weight_dtype, gpu.peak_flops_per_s)
         self.attention_dtype: DType = attention_dtype_for(gpu, deployment)
-        self.coefficients: OpCoefficients = op_coefficients(model, deployment, self.attention_dtype)
+        self.expert_dtype: DType = compute_dtype_for(
+            expert_dtype_for(model, deployment), gpu.peak_flops_per_s
+        )
+        c = op_coefficients(model, deployment, self.attention_dtype)
+        self.coefficients: OpCoefficients = c
         gemm_rate = gpu.peak(self.gemm_dtype) * efficiency.gemm
         try:
             activation_rate = gpu.peak(deployment.activation_dtype) * efficiency.gemm
@@ -207,90 +166,87 @@ class StepCostModel:
             ) from None
         attention_rate = gpu.peak(self.attention_dtype) * efficiency.attention
         bandwidth = gpu.memory_bandwidth_bytes_per_s * efficiency.memory
-        self._gemm_rate, self._activation_rate = gemm_rate, activation_rate
-        self._attention_rate, self._bandwidth = attention_rate, bandwidth
-        c = self.coefficients
-        # Linear op classes: seconds per token (compute), per step (weights), per token (memory).
-        self._qkv_c, self._qkv_w, self._qkv_a = (
-            c.qkv_flops_per_token / gemm_rate,
-            c.qkv_weight_bytes / bandwidth,
-            c.qkv_activation_bytes_per_token / bandwidth,
+        self.gemm_rate = gemm_rate
+        self.activation_rate = activation_rate
+        self.attention_rate = attention_rate
+        self.bandwidth = bandwidth
+        # The op families, each timed by the roofline (a profile replaces some).
+        self.qkv = LinearOp.of(
+            OpClass.QKV_PROJ,
+            c.qkv_flops_per_token,
+            c.qkv_weight_bytes,
+            c.qkv_activation_bytes_per_token,
+            gemm_rate,
+            bandwidth,
         )
-        self._o_c, self._o_w, self._o_a = (
-            c.o_flops_per_token / gemm_rate,
-            c.o_weight_bytes / bandwidth,
-            c.o_activation_bytes_per_token / bandwidth,
+        self.o = LinearOp.of(
+            OpClass.O_PROJ,
+            c.o_flops_per_token,
+            c.o_weight_bytes,
+            c.o_activation_bytes_per_token,
+            gemm_rate,
+            bandwidth,
         )
-        self._has_ffn = c.ffn_flops_per_token > 0
-        self._ffn_c, self._ffn_w, self._ffn_a = (
-            c.ffn_flops_per_token / gemm_rate,
-            c.ffn_weight_bytes / bandwidth,
-            c.ffn_activation_bytes_per_token / bandwidth,
+        self.has_ffn = c.ffn_flops_per_token > 0
+        self.ffn = LinearOp.of(
+            OpClass.FFN,
+            c.ffn_flops_per_token,
+            c.ffn_weight_bytes,
+            c.ffn_activation_bytes_per_token,
+            gemm_rate,
+            bandwidth,
         )
-        self._has_moe = c.expert_flops_per_token > 0
-        self._num_experts, self._experts_per_token = c.num_experts, c.experts_per_token
-        self._router_c, self._router_w, self._router_a = (
-            c.router_flops_per_token / activation_rate,
-            c.router_weight_bytes / bandwidth,
-            c.router_activation_bytes_per_token / bandwidth,
-        )
-        self.expert_dtype: DType = compute_dtype_for(
-            expert_dtype_for(model, deployment), gpu.peak_flops_per_s
+        self.has_moe = c.expert_flops_per_token > 0
+        self.router = LinearOp.of(
+            OpClass.MOE_ROUTER,
+            c.router_flops_per_token,
+            c.router_weight_bytes,
+            c.router_activation_bytes_per_token,
+            activation_rate,
+            bandwidth,
         )
         expert_rate = gpu.peak(self.expert_dtype) * efficiency.gemm
-        self._exp_c, self._exp_w, self._exp_shared, self._exp_a = (
-            c.expert_flops_per_token / expert_rate,
-            c.routed_expert_weight_bytes / bandwidth,
-            c.shared_expert_weight_bytes / bandwidth,
-            c.expert_activation_bytes_per_token / bandwidth,
+        self.experts = Experts.of(c, expert_rate, bandwidth, deployment.ep, deployment.imbalance)
+        self.lm_head = LinearOp.of(
+            OpClass.LM_HEAD,
+            c.lm_head_flops_per_sequence,
+            c.lm_head_weight_bytes,
+            c.lm_head_activation_bytes_per_sequence,
+            activation_rate,
+            bandwidth,
         )
-        self._lm_c, self._lm_w, self._lm_a = (
-            c.lm_head_flops_per_sequence / activation_rate,
-            c.lm_head_weight_bytes / bandwidth,
-            c.lm_head_activation_bytes_per_sequence / bandwidth,
-        )
-        # Attention: seconds per pair (compute), per token of Q/O and per KV token (memory).
-        self._pair_c = c.attention_flops_per_pair / attention_rate
-        self._kv_s = c.kv_bytes_per_token / bandwidth
-        self._qo_kv_s = c.attention_qo_bytes_per_token / bandwidth + self._kv_s
-        self._decode_pair_c = c.decode_attention_flops_per_token / attention_rate
-        self._decode_qo_kv_s = c.decode_qo_bytes_per_sequence / bandwidth + self._kv_s
-        # MLA: prefill decompresses attended latents, decode runs the absorbed projections.
-        self._expand_c = c.prefill_expand_flops_per_token / attention_rate
-        self._absorb_c = c.decode_absorb_flops_per_sequence / attention_rate
-        self._windowed = c.window_share > 0
+        self.prefill_attention = PrefillAttention.of(c, attention_rate, bandwidth)
+        self.decode_attention = DecodeAttention.of(c, attention_rate, bandwidth)
         # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
         per_token_layer = c.allreduce_bytes_per_token / max(c.allreduces_per_step, 1)
         tp_link = gpu.interconnect.tier(c.tp)
         latency_s = allreduce_seconds(0.0, c.tp, tp_link, efficiency)
-        self._comm_s_per_token = (
-            allreduce_seconds(per_token_layer, c.tp, tp_link, efficiency) - latency_s
-        ) * c.allreduces_per_step
-        self._comm_latency_s = latency_s * c.allreduces_per_step
-        self._overhead_s = efficiency.overhead_ms / MS_PER_S
-        self._dp = deployment.dp
-        self._imbalance = deployment.imbalance
-        self._layout_s_per_token, self._layout_latency_s, self._stage_s_per_token = (
+        self.communication = Communication(
+            (allreduce_seconds(per_token_layer, c.tp, tp_link, efficiency) - latency_s)
+            * c.allreduces_per_step,
+            latency_s * c.allreduces_per_step,
             layout_communication(model, gpu, deployment, efficiency, c)
+            if deployment.is_layout
+            else None,
+            deployment.dp,
         )
-        self._has_layout_comm = deployment.is_layout
-        self._start_caches()
-
-    def _start_caches(self) -> None:
-        # Whole token counts -> the linear op classes' seconds (`_rows_seconds`), and whole
-        # sequence counts -> the LM head's (`_head_seconds`): pure functions of one count each,
-        # so `step_seconds` adds the same floats in the same order from the memos.
-        self._rows_memo: dict[int, float] = {}
-        self._head_memo: dict[int, float] = {}
+        self.overhead = Overhead(efficiency.overhead_ms)
+        self.request_overhead_s = 0.0
+        """Latency each request's first token waits outside the steps (an engine's dispatch
+        of its prefill, `ProfiledStepCost`); the roofline has none."""
+        self.dp = deployment.dp
+        self.windowed = c.window_share > 0
         self._derived: dict[Hashable, Any] = {}
-        self._step_function: Callable[[int, int, float, int, int, int], float] | None = None
 
-    def __getstate__(self) -> object:
-        """Pickled (for the process pool) without its step closures (`_REBUILT_ON_USE`),
-        which a copy builds again on first use."""
-        # A class with __slots__ and no __dict__: (None, {slot: value}).
-        state: tuple[None, dict[str, Any]] = super().__getstate__()  # type: ignore[assignment]
-        return state[0], {**state[1], **dict.fromkeys(self._REBUILT_ON_USE)}
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (for the process pool) as its arguments: a copy builds itself again."""
+        return type(self), (
+            self.model,
+            self.gpu,
+            self.deployment,
+            self.efficiency,
+            self.graph_sizes,
+        )
 
     def derived(self, key: Hashable, make: Callable[[], T]) -> T:
         """What `make()` computes from this model's specs alone (no load), kept on the model
@@ -306,12 +262,6 @@ class StepCostModel:
         return cast("T", found)
 
     @property
-    def request_overhead_s(self) -> float:
-        """Latency each request's first token waits outside the steps (engine dispatch of its
-        prefill); the roofline has none."""
-        return 0.0
-
-    @property
     def kv_window(self) -> tuple[float, int] | None:
         """(share of layers, window tokens) when some layers attend within a window: the
         simulator's KV pool holds only their window (`simulate`); None otherwise."""
@@ -324,164 +274,18 @@ class StepCostModel:
         return self.gpu.peak(self.gemm_dtype)
 
     def seconds(self, load: StepLoad) -> float:
-        """Seconds one forward step of `load` takes (equal to `breakdown(load).total_s`)."""
-        return self.step_seconds_function()(*load)  # a StepLoad is the arguments, in order
+        """Seconds one forward step of `load` takes (`breakdown(load).total_s`, to rounding)."""
+        return self._step(
+            load.prefill_tokens,
+            load.prefill_chunks,
+            load.prefill_attention_pairs,
+            load.prefill_kv_tokens,
+            load.decode_seqs,
+            load.decode_context_tokens,
+            None,
+        )
 
     def step_seconds(  # noqa: PLR0917 - positional: StepLoad's fields, in search loops
-        self,
-        prefill_tokens: int,
-        prefill_chunks: int,
-        prefill_attention_pairs: float,
-        prefill_kv_tokens: int,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> float:
-        """`seconds` of the `StepLoad` with these fields, without building it (for searches
-        that time many candidate steps)."""
-        tokens = prefill_tokens + decode_seqs
-        if tokens <= 0:
-            return 0.0
-        replica_tokens = tokens  # what the experts, spread over tp x dp GPUs, see
-        if self._dp > 1 or self._windowed:
-            (
-                prefill_tokens,
-                prefill_chunks,
-                prefill_attention_pairs,
-                prefill_kv_tokens,
-                decode_seqs,
-                decode_context_tokens,
-            ) = self._rank_view(  # type: ignore[assignment]
-                prefill_tokens,
-                prefill_chunks,
-                prefill_attention_pairs,
-                prefill_kv_tokens,
-                decode_seqs,
-                decode_context_tokens,
-            )
-            tokens = prefill_tokens + decode_seqs
-            total = self._linear_seconds(tokens, replica_tokens, prefill_chunks + decode_seqs)
-        elif tokens.__class__ is int and prefill_chunks.__class__ is int:
-            # Whole counts (what the simulator passes): memoised, the same floats.
-            total = self._rows_seconds(tokens) + self._head_seconds(prefill_chunks + decode_seqs)
-        else:
-            total = self._linear_seconds(tokens, replica_tokens, prefill_chunks + decode_seqs)
-        if prefill_tokens > 0:
-            total += max(
-                prefill_attention_pairs * self._pair_c + prefill_kv_tokens * self._expand_c,
-                prefill_tokens * self._qo_kv_s + prefill_kv_tokens * self._kv_s,
-            )
-        if decode_seqs > 0:
-            total += max(
-                decode_context_tokens * self._decode_pair_c + decode_seqs * self._absorb_c,
-                decode_seqs * self._decode_qo_kv_s + decode_context_tokens * self._kv_s,
-            )
-        if self._has_layout_comm:
-            return (
-                total
-                + tokens * self._comm_s_per_token
-                + self._comm_latency_s
-                + self._layout_seconds(replica_tokens)
-                + self._overhead_s
-            )
-        # `_layout_seconds` is 0.0 here, and adding 0.0 to a positive sum changes nothing.
-        return total + tokens * self._comm_s_per_token + self._comm_latency_s + self._overhead_s
-
-    def step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
-        """`step_seconds` for whole counts as a closure over this model's constants: the same
-        floats in the same order, about twice as fast (the simulator times each step that
-        has prefill work with it, and searches their candidate steps). `step_seconds` itself
-        for a subclass that overrides it and for layouts with data-parallel ranks, windowed
-        layers or communication beyond TP. Built once per model."""
-        function = self._step_function
-        if function is None:
-            function = self._step_function = self._step_seconds_function()
-        return function
-
-    def _step_seconds_function(self) -> Callable[[int, int, float, int, int, int], float]:
-        if (
-            type(self).step_seconds is not StepCostModel.step_seconds
-            or self._dp > 1
-            or self._windowed
-            or self._has_layout_comm
-        ):
-            return self.step_seconds
-        rows_memo, rows = self._rows_memo, self._rows_seconds
-        head_memo, head = self._head_memo, self._head_seconds
-        pair_c, expand_c, qo_kv_s, kv_s = self._pair_c, self._expand_c, self._qo_kv_s, self._kv_s
-        decode_pair_c, absorb_c = self._decode_pair_c, self._absorb_c
-        decode_qo_kv_s = self._decode_qo_kv_s
-        comm_s_per_token, comm_latency_s = self._comm_s_per_token, self._comm_latency_s
-        overhead_s = self._overhead_s
-
-        def step_seconds(  # noqa: PLR0917 - StepLoad's fields, as `step_seconds` takes them
-            prefill_tokens: int,
-            prefill_chunks: int,
-            prefill_attention_pairs: float,
-            prefill_kv_tokens: int,
-            decode_seqs: int,
-            decode_context_tokens: int,
-        ) -> float:
-            tokens = prefill_tokens + decode_seqs
-            if tokens <= 0:
-                return 0.0
-            total = rows_memo.get(tokens)
-            if total is None:
-                total = rows(tokens)
-            sequences = prefill_chunks + decode_seqs
-            lm_s = head_memo.get(sequences)
-            total += head(sequences) if lm_s is None else lm_s
-            # `max(a, b)` written out (a branch is cheaper than the call): a unless b > a.
-            if prefill_tokens > 0:
-                compute = prefill_attention_pairs * pair_c + prefill_kv_tokens * expand_c
-                memory = prefill_tokens * qo_kv_s + prefill_kv_tokens * kv_s
-                total += memory if memory > compute else compute
-            if decode_seqs > 0:
-                compute = decode_context_tokens * decode_pair_c + decode_seqs * absorb_c
-                memory = decode_seqs * decode_qo_kv_s + decode_context_tokens * kv_s
-                total += memory if memory > compute else compute
-            return total + tokens * comm_s_per_token + comm_latency_s + overhead_s
-
-        return step_seconds
-
-    def _linear_seconds(self, tokens: float, replica_tokens: float, sequences: float) -> float:
-        """The linear op classes (QKV, O, FFN, MoE) of `tokens` rows and the LM head of
-        `sequences`, summed in `step_seconds`' order (`replica_tokens`: the experts')."""
-        total = max(tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a)
-        total += max(tokens * self._o_c, self._o_w + tokens * self._o_a)
-        if self._has_ffn:
-            total += max(tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a)
-        if self._has_moe:
-            total += max(tokens * self._router_c, self._router_w + tokens * self._router_a)
-            total += self._experts_seconds(replica_tokens)
-        if sequences > 0:
-            total += max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
-        return total
-
-    def _rows_seconds(self, tokens: int) -> float:
-        """`_linear_seconds(tokens, tokens, 0)` (no data-parallel ranks), memoised."""
-        memo = self._rows_memo
-        total = memo.get(tokens)
-        if total is None:
-            if len(memo) >= _MEMO_SIZE:
-                memo.clear()  # bounded; a run's steps span a few thousand token counts
-            total = memo[tokens] = self._linear_seconds(tokens, tokens, 0)
-        return total
-
-    def _head_seconds(self, sequences: int) -> float:
-        """The LM head of `sequences` (0 s for none), memoised: `_linear_seconds` adds it
-        last, so `_rows_seconds(t) + _head_seconds(s)` is the same float."""
-        memo = self._head_memo
-        head_s = memo.get(sequences)
-        if head_s is None:
-            if len(memo) >= _MEMO_SIZE:
-                memo.clear()
-            head_s = 0.0
-            if sequences > 0:
-                head_s = max(sequences * self._lm_c, self._lm_w + sequences * self._lm_a)
-            memo[sequences] = head_s
-        return head_s
-
-    def _rank_view(  # noqa: PLR0917 - positional: StepLoad's fields, in step loops
         self,
         prefill_tokens: float,
         prefill_chunks: float,
@@ -489,222 +293,199 @@ class StepCostModel:
         prefill_kv_tokens: float,
         decode_seqs: float,
         decode_context_tokens: float,
-    ) -> tuple[float, float, float, float, float, float]:
-        """The step fields one attention data-parallel rank runs (its share of the sequences;
-        fractional counts are averages), with the windowed layers' bound applied: what the op
-        classes are timed on (`step_seconds`, and the profiled timer's)."""
-        if self._dp > 1:
-            share = 1.0 / self._dp
-            prefill_tokens *= share
-            prefill_chunks *= share
-            prefill_attention_pairs *= share
-            prefill_kv_tokens *= share
-            decode_seqs *= share
-            decode_context_tokens *= share
-        if self._windowed:
-            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(
-                self.coefficients,
-                prefill_tokens,  # type: ignore[arg-type]
-                prefill_chunks,  # type: ignore[arg-type]
-                prefill_attention_pairs,
-                prefill_kv_tokens,
-                decode_seqs,  # type: ignore[arg-type]
-                decode_context_tokens,
-            )
-        return (
+    ) -> float:
+        """`seconds` of the `StepLoad` with these fields, without building it (for the
+        simulator and for searches that time many candidate steps)."""
+        return self._step(
             prefill_tokens,
             prefill_chunks,
             prefill_attention_pairs,
             prefill_kv_tokens,
             decode_seqs,
             decode_context_tokens,
+            None,
         )
 
-    def _straggler(self, replica_tokens: float) -> float:
-        """Under ep, the busiest GPU's routed work over the mean: the traffic's skew
-        (`Deployment.imbalance`) times the randomness of routing few tokens
-        (`straggler_factor`), which dominates small decode batches. 1 without ep."""
-        if self.deployment.ep == 1:
-            return 1.0
-        picks = round(replica_tokens) * self._experts_per_token
-        return self._imbalance * straggler_factor(picks, self.deployment.ep)
-
-    def _experts_seconds(self, replica_tokens: float) -> float:
-        """The routed and shared experts of the whole replica's tokens on one of the tp x dp
-        GPUs they are spread over; under ep the busiest GPU sets the pace."""
-        distinct = expected_distinct_experts(
-            self._num_experts, self._experts_per_token, replica_tokens
-        )
-        return self._straggler(replica_tokens) * max(
-            replica_tokens * self._exp_c,
-            distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a,
-        )
-
-    def _layout_seconds(self, replica_tokens: float) -> float:
-        """Expert all-to-alls or all-reduces beyond the TP group, and the pipeline's
-        activation hand-offs, of one step (0 for a plain tp layout)."""
-        if not self._has_layout_comm:
-            return 0.0
-        return (
-            replica_tokens * self._layout_s_per_token
-            + replica_tokens / self._dp * self._stage_s_per_token
-            + self._layout_latency_s
-        )
-
-    def communication_seconds(self, load: StepLoad) -> float:
-        """The all-reduces, expert exchanges and stage hand-offs of one step
-        (`breakdown(load).communication_s`)."""
-        tokens = load.prefill_tokens + load.decode_seqs
+    def _step(  # noqa: PLR0917 - StepLoad's fields, then the record
+        self,
+        prefill_tokens: float,
+        prefill_chunks: float,
+        prefill_attention_pairs: float,
+        prefill_kv_tokens: float,
+        decode_seqs: float,
+        decode_context_tokens: float,
+        record: StepRecord | None,
+    ) -> float:
+        """The step: its op classes' times in order, then communication and overhead; each op
+        class recorded in `record` when one is given (`breakdown`)."""
+        tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        per_rank = tokens / self._dp
-        return (
-            per_rank * self._comm_s_per_token + self._comm_latency_s + self._layout_seconds(tokens)
-        )
+        replica_tokens = tokens  # what the experts, spread over tp x dp GPUs, see
+        if self.dp > 1:
+            # One attention data-parallel rank's share (fractional counts are averages).
+            share = 1.0 / self.dp
+            prefill_tokens *= share
+            prefill_chunks *= share
+            prefill_attention_pairs *= share
+            prefill_kv_tokens *= share
+            decode_seqs *= share
+            decode_context_tokens *= share
+            tokens = prefill_tokens + decode_seqs
+        if self.windowed:
+            prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(
+                self.coefficients,
+                prefill_tokens,
+                prefill_chunks,
+                prefill_attention_pairs,
+                prefill_kv_tokens,
+                decode_seqs,
+                decode_context_tokens,
+            )
+        rows = tokens
+        sequences = prefill_chunks + decode_seqs
+        if self.graph_sizes and not prefill_tokens:
+            # A decode-only step replays the CUDA graph captured at the next batch size up.
+            rows = sequences = self.graph_rows(decode_seqs)
+            if self.dp == 1:
+                replica_tokens = rows
+        compute_s, memory_s = self.qkv.parts(rows)
+        total = _add(record, OpClass.QKV_PROJ, compute_s, memory_s)
+        compute_s, memory_s = self.o.parts(rows)
+        total += _add(record, OpClass.O_PROJ, compute_s, memory_s)
+        if self.has_ffn:
+            compute_s, memory_s = self.ffn.parts(rows)
+            total += _add(record, OpClass.FFN, compute_s, memory_s)
+        if self.has_moe:
+            compute_s, memory_s = self.router.parts(rows)
+            total += _add(record, OpClass.MOE_ROUTER, compute_s, memory_s)
+            compute_s, memory_s = self.experts.parts(replica_tokens)
+            total += _add(record, OpClass.MOE_EXPERTS, compute_s, memory_s)
+        if sequences > 0:
+            compute_s, memory_s = self.lm_head.parts(sequences)
+            total += _add(record, OpClass.LM_HEAD, compute_s, memory_s)
+        if prefill_tokens > 0:
+            compute_s, memory_s = self.prefill_attention.parts(
+                prefill_tokens, prefill_chunks, prefill_attention_pairs, prefill_kv_tokens
+            )
+            total += _add(record, OpClass.PREFILL_ATTENTION, compute_s, memory_s)
+        if decode_seqs > 0:
+            compute_s, memory_s = self.decode_attention.parts(decode_seqs, decode_context_tokens)
+            total += _add(record, OpClass.DECODE_ATTENTION, compute_s, memory_s)
+        communication_s = self.communication.seconds(tokens, replica_tokens)
+        overhead_s = self.overhead.seconds(sequences, tokens)
+        if record is not None:
+            record.communication_s = communication_s
+            record.overhead_s = overhead_s
+        return total + communication_s + overhead_s
+
+    def graph_rows(self, sequences: float) -> float:
+        """The batch a decode-only step of `sequences` runs at: the smallest CUDA-graph size
+        the engine captured that holds it; beyond the largest, or for an engine that does not
+        pad, the batch as it is."""
+        sizes = self.graph_sizes
+        if not sizes or sequences > sizes[-1]:
+            return sequences
+        return float(sizes[bisect_left(sizes, sequences)])
+
+    def _record(self, load: StepLoad) -> StepRecord:
+        record = StepRecord()
+        self._step(*load, record)
+        return record
 
     def breakdown(self, load: StepLoad) -> StepTime:
         """Per-op-class compute and memory seconds of one step, plus communication and
-        overhead (one GPU; `total_s == seconds(load)`)."""
-        timed = self._op_times(load)
-        if timed is None:
-            return StepTime((), 0.0, 0.0)
-        rows, communication_s, overhead_s = timed
-        return StepTime(tuple(starmap(OpTime, rows)), communication_s, overhead_s)
+        overhead (one GPU; `total_s` is `seconds(load)`, to rounding)."""
+        record = self._record(load)
+        ops = tuple(OpTime(op_class, c, m) for op_class, c, m in record.rows)
+        return StepTime(ops, record.communication_s, record.overhead_s)
 
     def time_totals(self, load: StepLoad) -> TimeTotals:
         """`breakdown(load)` summed: its compute, memory and total seconds, the same floats,
         without building the per-op-class records (what an estimate reports of a step)."""
-        timed = self._op_times(load)
-        if timed is None:
-            return TimeTotals.of((), 0.0, 0.0)
-        return TimeTotals.of(*timed)
+        record = self._record(load)
+        return TimeTotals.of(record.rows, record.communication_s, record.overhead_s)
 
-    def _op_times(self, load: StepLoad) -> tuple[list[OpTimeRow], float, float] | None:
-        """`breakdown(load)`'s op classes as `OpTimeRow`s, its communication and its overhead
-        seconds; None for an empty step."""
-        tokens = load.prefill_tokens + load.decode_seqs
-        if tokens <= 0:
-            return None
-        communication_s = self.communication_seconds(load)
-        replica_tokens = tokens
-        load = per_rank(load, self._dp)
-        tokens = load.prefill_tokens + load.decode_seqs
-        sequences = load.prefill_chunks + load.decode_seqs
-        rows: list[OpTimeRow] = [
-            (_QKV_PROJ, tokens * self._qkv_c, self._qkv_w + tokens * self._qkv_a),
-            (_O_PROJ, tokens * self._o_c, self._o_w + tokens * self._o_a),
-        ]
-        if self._has_ffn:
-            rows.append((_FFN, tokens * self._ffn_c, self._ffn_w + tokens * self._ffn_a))
-        if self._has_moe:
-            distinct = expected_distinct_experts(
-                self._num_experts, self._experts_per_token, replica_tokens
-            )
-            rows.append(
-                (
-                    _MOE_ROUTER,
-                    tokens * self._router_c,
-                    self._router_w + tokens * self._router_a,
-                )
-            )
-            straggler = self._straggler(replica_tokens)
-            rows.append(
-                (
-                    _MOE_EXPERTS,
-                    straggler * replica_tokens * self._exp_c,
-                    straggler
-                    * (distinct * self._exp_w + self._exp_shared + replica_tokens * self._exp_a),
-                )
-            )
-        if sequences > 0:
-            rows.append((_LM_HEAD, sequences * self._lm_c, self._lm_w + sequences * self._lm_a))
-        pairs, kv_tokens, context = window_bounded(self.coefficients, load)
-        if load.prefill_tokens > 0:
-            rows.append(
-                (
-                    _PREFILL_ATTENTION,
-                    pairs * self._pair_c + kv_tokens * self._expand_c,
-                    load.prefill_tokens * self._qo_kv_s + kv_tokens * self._kv_s,
-                )
-            )
-        if load.decode_seqs > 0:
-            rows.append(
-                (
-                    _DECODE_ATTENTION,
-                    context * self._decode_pair_c + load.decode_seqs * self._absorb_c,
-                    load.decode_seqs * self._decode_qo_kv_s + context * self._kv_s,
-                )
-            )
-        return rows, communication_s, self._overhead_s
+    def communication_seconds(self, load: StepLoad) -> float:
+        """The all-reduces, expert exchanges and stage hand-offs of one step
+        (`breakdown(load).communication_s`)."""
+        return self._record(load).communication_s
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
-        """Sum of `seconds(first + j * step)` for j in 0..count-1, exactly, in O(1).
+        """Sum of `seconds(first + j * step)` for j in 0..count-1.
 
         Only the attention fields of `step` may be non-zero (pairs, KV tokens, decode context):
-        the loads of a chunked prefill or of successive decode steps. Each step's time is then
-        piecewise linear in j, with a kink where an attention op class turns from memory- to
-        compute-bound; on each linear piece the sum is count * (first + last) / 2.
+        the loads of a chunked prefill or of successive decode steps. With the roofline's
+        attention each step's time is then piecewise linear in j, with a kink where an
+        attention op class turns from memory- to compute-bound; on each linear piece the sum
+        is count * (first + last) / 2, exactly, in O(1). Measured attention, and windowed
+        layers whose window binds, are summed step by step or by the trapezoid rule.
         """
         if count <= 0:
             return 0.0
         if step.prefill_tokens or step.prefill_chunks or step.decode_seqs:
             raise ValueError("sum_seconds: only attention fields of `step` may vary")
-        if self._windowed and self._window_binds(first, step, count):
+        if self.windowed and self._window_binds(first, step, count):
             # The window's bound adds kinks that move the compute/memory crossings: sum step by
             # step (a microsecond each), or by the trapezoid rule over very long runs.
             return trapezoid_sum(self.step_seconds, first, step, count, exact_up_to=4096)
-        tokens, chunks, seqs = first.prefill_tokens, first.prefill_chunks, first.decode_seqs
-        pairs, kv_tokens, context = (
-            first.prefill_attention_pairs,
-            first.prefill_kv_tokens,
-            first.decode_context_tokens,
-        )
-        pairs_step, kv_step, context_step = (
-            step.prefill_attention_pairs,
-            step.prefill_kv_tokens,
-            step.decode_context_tokens,
-        )
+        if not (self.prefill_attention.linear and self.decode_attention.linear):
+            return trapezoid_sum(self.step_seconds, first, step, count)
+        then = first + step
         kinks: set[int] = set()
-        prefill_line = (
-            pairs * self._pair_c + kv_tokens * self._expand_c,
-            pairs_step * self._pair_c + kv_step * self._expand_c,
-            tokens * self._qo_kv_s + kv_tokens * self._kv_s,
-            kv_step * self._kv_s,
-        )
-        decode_line = (
-            context * self._decode_pair_c + seqs * self._absorb_c,
-            context_step * self._decode_pair_c,
-            seqs * self._decode_qo_kv_s + context * self._kv_s,
-            context_step * self._kv_s,
-        )
-        for compute0, compute_slope, memory0, memory_slope in (prefill_line, decode_line):
+        lines: list[tuple[tuple[float, float], tuple[float, float]]] = []
+        if first.prefill_tokens > 0:
+            lines.append(
+                (
+                    self.prefill_attention.parts(
+                        first.prefill_tokens,
+                        first.prefill_chunks,
+                        first.prefill_attention_pairs,
+                        first.prefill_kv_tokens,
+                    ),
+                    self.prefill_attention.parts(
+                        then.prefill_tokens,
+                        then.prefill_chunks,
+                        then.prefill_attention_pairs,
+                        then.prefill_kv_tokens,
+                    ),
+                )
+            )
+        if first.decode_seqs > 0:
+            lines.append(
+                (
+                    self.decode_attention.parts(first.decode_seqs, first.decode_context_tokens),
+                    self.decode_attention.parts(then.decode_seqs, then.decode_context_tokens),
+                )
+            )
+        for (compute0, memory0), (compute1, memory1) in lines:
+            compute_slope, memory_slope = compute1 - compute0, memory1 - memory0
             if compute_slope != memory_slope:
                 crossing = (memory0 - compute0) / (compute_slope - memory_slope)
                 if 0.0 <= crossing < count - 1:
                     kinks.add(math.floor(crossing))
-        step_seconds = self.step_seconds_function()
         total, start = 0.0, 0
         for end in [*sorted(kinks), count - 1]:
             if end < start:
                 continue
-            edge_sum = step_seconds(
-                tokens,
-                chunks,
-                pairs + start * pairs_step,
-                kv_tokens + start * kv_step,
-                seqs,
-                context + start * context_step,
-            ) + step_seconds(
-                tokens,
-                chunks,
-                pairs + end * pairs_step,
-                kv_tokens + end * kv_step,
-                seqs,
-                context + end * context_step,
+            total += (
+                (end - start + 1)
+                * (self._at(first, step, start) + self._at(first, step, end))
+                / 2.0
             )
-            total += (end - start + 1) * edge_sum / 2.0
             start = end + 1
         return total
+
+    def _at(self, first: StepLoad, step: StepLoad, j: int) -> float:
+        """`seconds(first + j * step)` for a `step` of attention fields only."""
+        return self.step_seconds(
+            first.prefill_tokens,
+            first.prefill_chunks,
+            first.prefill_attention_pairs + j * step.prefill_attention_pairs,
+            first.prefill_kv_tokens + j * step.prefill_kv_tokens,
+            first.decode_seqs,
+            first.decode_context_tokens + j * step.decode_context_tokens,
+        )
 
     def _window_binds(self, first: StepLoad, step: StepLoad, count: int) -> bool:
         """Whether the window bounds any step of `first + j * step` (the attention fields only
@@ -737,11 +518,11 @@ class StepCostModel:
         per_gpu = 1.0 / self.deployment.tp
         activation_flops = totals.router_flops + totals.lm_head_flops
         compute_s = (
-            (totals.linear_flops - totals.router_flops) * per_gpu / self._gemm_rate
-            + activation_flops * per_gpu / self._activation_rate
-            + totals.attention_flops * per_gpu / self._attention_rate
+            (totals.linear_flops - totals.router_flops) * per_gpu / self.gemm_rate
+            + activation_flops * per_gpu / self.activation_rate
+            + totals.attention_flops * per_gpu / self.attention_rate
         )
-        memory_s = totals.bytes * per_gpu / self._bandwidth
+        memory_s = totals.bytes * per_gpu / self.bandwidth
         return Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY
 
 
@@ -749,7 +530,7 @@ _SUM_SEGMENTS = 16
 
 
 def trapezoid_sum(
-    step_seconds: Callable[[int, int, float, int, int, int], float],
+    step_seconds: Callable[[float, float, float, float, float, float], float],
     first: StepLoad,
     step: StepLoad,
     count: int,
@@ -793,21 +574,6 @@ def trapezoid_sum(
         for a, b, fa, fb in zip(marks, marks[1:], values, values[1:], strict=False)
     )
     return integral + (values[0] + values[-1]) / 2.0
-
-
-def per_rank(load: StepLoad, dp: int) -> StepLoad:
-    """The share of `load` one of `dp` attention data-parallel ranks runs (sequences spread
-    evenly; fractional counts are averages)."""
-    if dp == 1:
-        return load
-    return StepLoad(
-        prefill_tokens=load.prefill_tokens / dp,  # type: ignore[arg-type]
-        prefill_chunks=load.prefill_chunks / dp,  # type: ignore[arg-type]
-        prefill_attention_pairs=load.prefill_attention_pairs / dp,
-        prefill_kv_tokens=load.prefill_kv_tokens / dp,  # type: ignore[arg-type]
-        decode_seqs=load.decode_seqs / dp,  # type: ignore[arg-type]
-        decode_context_tokens=load.decode_context_tokens / dp,  # type: ignore[arg-type]
-    )
 
 
 def layout_communication(

@@ -59,13 +59,17 @@ class _Body(EstimateBody, Protocol[Q_co]):
 
 def _given(answer: object) -> tuple[object, dict[str, object]]:
     """(source, given) of a service answer for its schema's `JsonWriter`: `target` and
-    `expected_error_pct` from an `Answer`, every other field from its engine result, by
-    attribute (a `RooflineAnswer`: all by attribute)."""
+    `expected_error_pct` from an `Answer` (and `warnings`, when its target has some, before the
+    result's), every other field from its engine result, by attribute (a `RooflineAnswer`: all
+    by attribute)."""
     if isinstance(answer, estimates.Answer):
-        return answer.result, {
+        given: dict[str, object] = {
             "target": answer.target,
             "expected_error_pct": answer.expected_error_pct,
         }
+        if answer.warnings:
+            given["warnings"] = [*answer.warnings, *getattr(answer.result, "warnings", ())]
+        return answer.result, given
     return answer, {}
 
 

@@ -88,6 +88,9 @@ class Answer(NamedTuple, Generic[R]):
     target: TargetEcho
     expected_error_pct: dict[str, float]
     result: R
+    warnings: tuple[str, ...] = ()
+    """What the target itself warns of (an engine timed by the roofline), before the result's
+    own warnings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,8 @@ def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
 
 
 def _answer(resolved: Resolved, result: R, *phases: str) -> Answer[R]:
-    return Answer(resolved.echo, resolved.target.expected_error(*phases), result)
+    target = resolved.target
+    return Answer(resolved.echo, target.expected_error(*phases), result, target.warnings)
 
 
 def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:

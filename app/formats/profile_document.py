@@ -9,6 +9,7 @@ one GPU per call (attention and GEMMs: one layer); `null` marks a cell that was 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -25,11 +26,10 @@ from app.engine.profiles.fit import (
     held_out_error_pct,
     memory_efficiency,
 )
+from app.engine.serving import policy_of
 from app.engine.specs import Efficiency, GpuSpec
 
 __all__ = [
-    "ENGINES",
-    "ENGINE_OVERHEAD",
     "AllReduceTable",
     "AttentionTableDoc",
     "FittedEfficiency",
@@ -38,46 +38,20 @@ __all__ = [
     "OverheadDoc",
     "ProfileDocument",
     "ProfileSource",
+    "default_overhead",
     "fit_tables",
 ]
 
-ENGINES = ("vllm", "sglang", "trtllm")
-"""Serving engines a profile may describe."""
 
-ENGINE_OVERHEAD: Mapping[str, dict[str, Any]] = {
-    "vllm": {
-        "step_ms": 1.0,
-        "per_sequence_ms": 0.005,
-        "prefill_per_layer_ms": 0.8,
-        "source": (
-            "prefill_per_layer_ms: aiconfigurator-core 0.12.0's vLLM backend "
-            "(_prefill_dispatch_overhead_ms: CPU-side dispatch not captured by kernel "
-            "benchmarks, 0.8 ms per layer, recalibrated against its silicon corpus). step_ms "
-            "and per_sequence_ms assumed, not measured: about 1 ms of scheduling, input "
-            "preparation and sampling per CUDA-graph step, growing 5 us per running sequence. "
-            "Calibrate to your deployment with POST /v1/serving-runs."
-        ),
-    },
-    "sglang": {
-        "step_ms": 0.8,
-        "per_sequence_ms": 0.004,
-        "source": (
-            "Assumed, not measured: SGLang's overlap scheduler hides most CPU work; 0.8 ms per "
-            "step plus 4 us per running sequence (aiconfigurator-core adds no prefill dispatch "
-            "cost for SGLang). Calibrate with POST /v1/serving-runs."
-        ),
-    },
-    "trtllm": {
-        "step_ms": 0.5,
-        "per_sequence_ms": 0.003,
-        "source": (
-            "Assumed, not measured: TensorRT-LLM's C++ runtime, 0.5 ms per step plus 3 us per "
-            "running sequence. Calibrate with POST /v1/serving-runs."
-        ),
-    },
-}
-"""Each engine's overhead where no measurement of it exists: what imports and the job's
-profiles start from, until POST /v1/profiles/{id}/calibrations fits it to serving runs."""
+def default_overhead(engine: str) -> dict[str, Any]:
+    """The engine's overhead where no measurement of it exists, as a profile document holds it
+    (its policy's, `app.engine.serving`): what imports and the job's profiles start from,
+    until POST /v1/profiles/{id}/calibrations fits it to serving runs."""
+    overhead = policy_of(engine).overhead
+    if overhead is None:
+        raise ValueError(f"{engine} has no overhead of its own")
+    return dataclasses.asdict(overhead)
+
 
 _DOC = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 Lax = Strict(False)
@@ -288,7 +262,10 @@ class ProfileDocument(BaseModel):
     version: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$",
         examples=["0.24.0"],
-        description="The engine version.",
+        description=(
+            "The engine release measured: one Ridgeline models (what `engine: name@version` "
+            "accepts on every route)."
+        ),
     )
     default: bool = Field(
         default=False, description="The GPU's default profile, for requests that name no engine."
@@ -318,6 +295,13 @@ class ProfileDocument(BaseModel):
         max_length=4096,
         description="Routed-expert tables, one per MoE layer shape and tensor-parallel degree.",
     )
+
+    @model_validator(mode="after")
+    def _a_modelled_release(self) -> Self:
+        refusal = policy_of(self.engine).refusal(self.version)
+        if refusal is not None:
+            raise ValueError(f"version: {refusal}")
+        return self
 
     def to_profile(self) -> Profile:
         """The engine's profile."""

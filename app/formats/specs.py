@@ -148,13 +148,16 @@ def derived_from(
     exclude: tuple[str, ...] = ("id",),
     nested: Mapping[type[Any], type[BaseModel]] | None = None,
     enums: Mapping[type[Enum], tuple[Any, Callable[[Enum], Any]]] | None = None,
+    partial: bool = False,
+    required: bool = False,
 ) -> Callable[[type[M]], type[M]]:
     """Give the decorated schema (a `SpecSchema` subclass) one field per field of `spec` (except
     `exclude`), after the fields it declares itself, derived from their `spec_field` metadata:
     the description, `gt`/`ge` always, `le` when `caps`, the example when `examples`. Nested
     spec dataclasses become the `nested` schema given for them; an enumeration becomes
     `enums[E] = (annotation, convert a default)` when given, else itself, taken from its value
-    (`Strict(False)`)."""
+    (`Strict(False)`). `partial`: every field optional, null by default (what a request leaves
+    to someone else); `required`: none has a default (an answer's echo)."""
     nested = nested or {}
     enums = enums or {}
 
@@ -164,20 +167,11 @@ def derived_from(
             if spec_field.name in exclude:
                 continue
             kind, optional = _optional_of(_hints(spec)[spec_field.name])
-            default: Any = spec_field.default
-            if dataclasses.is_dataclass(kind):
-                annotation: Any = nested[kind]  # type: ignore[index]
-            elif isinstance(kind, type) and issubclass(kind, Enum):
-                if kind in enums:
-                    annotation, convert = enums[kind]
-                    if isinstance(default, Enum):
-                        default = convert(default)
-                else:
-                    annotation = _lax(kind)
-            else:
-                annotation = kind
-            if optional:
+            annotation, default = _annotation(kind, spec_field.default, nested, enums)
+            if optional or partial:
                 annotation = annotation | None
+            if partial:
+                default = None
             meta = spec_field.metadata
             constraints: dict[str, Any] = {}
             for bound in ("gt", "ge", *(("le",) if caps else ())):
@@ -185,7 +179,7 @@ def derived_from(
                     constraints[bound] = meta[bound]
             if examples and meta.get("example") is not None:
                 constraints["examples"] = [meta["example"]]
-            field_default = ... if default is dataclasses.MISSING else default
+            field_default = ... if default is dataclasses.MISSING or required else default
             definitions[spec_field.name] = (
                 annotation,
                 Field(field_default, description=meta.get("doc"), **constraints),
@@ -201,6 +195,24 @@ def derived_from(
         return derived
 
     return decorate
+
+
+def _annotation(
+    kind: Any,
+    default: Any,
+    nested: Mapping[type[Any], type[BaseModel]],
+    enums: Mapping[type[Enum], tuple[Any, Callable[[Enum], Any]]],
+) -> tuple[Any, Any]:
+    """(the schema's annotation, its default) of a spec field of type `kind` (see
+    `derived_from`)."""
+    if dataclasses.is_dataclass(kind):
+        return nested[kind], default  # type: ignore[index]
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if kind not in enums:
+            return _lax(kind), default
+        annotation, convert = enums[kind]
+        return annotation, convert(default) if isinstance(default, Enum) else default
+    return kind, default
 
 
 def _lax(kind: type[Enum]) -> Any:

@@ -13,6 +13,7 @@ from app.engine.planning import (
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
 )
+from app.engine.serving import ServingEngine
 from app.engine.simulation import KvLink
 from app.engine.specs import ModelSpec
 from app.simulations.service import LengthsQuery
@@ -57,5 +58,5 @@ class PlanQuery:
     kv_link: KvLink | None = None
     """The prefill-to-decode KV link of a disaggregated plan (None: the engine's default)."""
     layouts: bool = True
-    engine: str | None = None
-    """The serving engine whose profiles time each GPU (see `TargetQuery.engine`)."""
+    engine: ServingEngine | None = None
+    """The serving engine deployed on each GPU (see `TargetQuery.engine`)."""

@@ -19,11 +19,12 @@ from app.engine.planning import (
     DEFAULT_TP_CANDIDATES,
     MAX_CANDIDATES,
 )
+from app.engine.serving import ENGINE_PATTERN
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRow
 from app.simulations.schemas import MAX_REQUESTS, KvLinkSettings, LengthDistribution, TraceRow
 from app.simulations.service import MIN_REQUESTS_PER_S
-from app.targets.schemas import ENGINE_PATTERN, Format, model_query
+from app.targets.schemas import ENGINE_DESCRIPTION, Format, engine_query, model_query
 from app.targets.service import EfficiencyMode
 from app.web.schemas import CATALOG_REF, ENTRY_ID, Input, Page
 
@@ -251,11 +252,7 @@ class PlanRequest(Input):
     engine: str | None = Field(
         default=None,
         pattern=ENGINE_PATTERN,
-        description=(
-            "The serving engine whose measured profile times each GPU (`vllm`, `sglang`, "
-            "`trtllm`, `name@version`, or `roofline`); default: each GPU's default profile, "
-            "else the roofline."
-        ),
+        description=ENGINE_DESCRIPTION.replace("the GPU", "each GPU"),
     )
 
     def query(self) -> PlanQuery:
@@ -290,7 +287,7 @@ class PlanRequest(Input):
             seed=self.seed,
             max_plans=self.max_plans,
             exhaustive=self.exhaustive,
-            engine=self.engine,
+            engine=engine_query(self.engine),
             disaggregated=self.disaggregated,
             kv_link=self.disaggregated_link.link() if self.disaggregated_link else None,
             layouts=self.layouts,

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from app.catalog.orm import utcnow
-from app.catalog.profiles import choose_profile
+from app.catalog.profiles import choose_engine
 from app.catalog.service import list_gpus
 from app.catalog.spec_cache import SpecCache
 from app.db.pages import Page
@@ -178,11 +178,11 @@ def _offers(
                 f"price_overrides.{gpu_id} (USD per GPU-hour)",
             )
         efficiency = IDEAL_EFFICIENCY if query.efficiency is EfficiencyMode.IDEAL else None
-        profile = None
-        if efficiency is None:
-            ref = choose_profile(cached.profiles, query.engine)
-            profile = cache.profile(ref) if ref is not None else None
-        offers.append(GpuOffer(cached.spec, price, efficiency, profile))
+        choice = choose_engine(
+            query.engine, cached.profiles, gpu=gpu_id, measured=efficiency is None
+        )
+        profile = cache.profile(choice.profile) if choice.profile is not None else None
+        offers.append(GpuOffer(cached.spec, price, efficiency, profile, choice.engine))
         versions[cached.spec.id] = cached.version
     if not offers:
         field_name = "gpus" if explicit else "price_overrides"

@@ -21,7 +21,7 @@ from typing import Any
 from app.catalog.profiles import version_key
 from app.engine.dtypes import DType
 from app.engine.specs import GpuSpec
-from app.formats.profile_document import ENGINE_OVERHEAD, ProfileDocument, fit_tables
+from app.formats.profile_document import ProfileDocument, default_overhead, fit_tables
 
 __all__ = [
     "AICONFIGURATOR_VERSION",
@@ -273,7 +273,7 @@ def import_profile(
                 f"latencies rounded to {_SIGNIFICANT} significant digits. Apache-2.0."
             ),
         },
-        "overhead": ENGINE_OVERHEAD[engine],
+        "overhead": default_overhead(engine),
         "gemm": gemm,
         "prefill_attention": prefill,
         "decode_attention": decode,

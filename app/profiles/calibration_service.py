@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.catalog.spec_cache import SpecCache
-from app.engine.profiles import Profile, engine_label
+from app.engine.profiles import Profile
+from app.engine.serving import EngineName, ServingEngine
 from app.errors import InvalidInput
 from app.formats.profile_document import ProfileDocument
 from app.formats.serving_results import ServingMeasurement
@@ -43,7 +44,7 @@ def prepare(
     naming `serving_run_ids.<i>` for a run of another GPU."""
     stored = get_profile(session, profile_id)
     document = stored.document
-    label = engine_label(document.engine, document.version)
+    engine = ServingEngine(EngineName(document.engine), document.version)
     jobs: list[SimulationJob] = []
     measurements: list[ServingMeasurement] = []
     for i, run_id in enumerate(run_ids):
@@ -53,7 +54,7 @@ def prepare(
             raise InvalidInput.at(
                 f"serving_run_ids.{i}", f"run {run_id} is not on GPU {document.gpu}"
             )
-        upload = replace(upload, target=replace(upload.target, engine=label))
+        upload = replace(upload, target=replace(upload.target, engine=engine))
         found = measurements_of(upload)
         measurements += found
         jobs += prepare_replays(cache, upload, found)

@@ -78,7 +78,7 @@ class ServingRunCreate(TargetRequest):
         return ServingUpload(
             tool=ServingTool(self.tool),
             target=self.target_query(),
-            scheduler=self.scheduler.config(),
+            scheduler=self.scheduler.given(),
             result=text,
         )
 

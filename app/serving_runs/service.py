@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,6 @@ from app.simulations.service import (
     KEYED_BUDGET,
     PercentilesQuery,
     PoissonQuery,
-    SchedulerChoice,
     SimulationJob,
     SimulationQuery,
     prepare_simulation,
@@ -69,7 +69,8 @@ class ServingRunNotFound(NotFound):
 class ServingUpload:
     tool: ServingTool
     target: TargetQuery
-    scheduler: SchedulerChoice
+    scheduler: Mapping[str, Any]
+    """The scheduler settings of the run, by `SchedulerConfig` field (the rest: the engine's)."""
     result: str
     """The file's text."""
 

@@ -3,16 +3,16 @@ Times in ms unless the name says `_s`; rates per second."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.engine.datasets import Dataset
-from app.engine.simulation import KvLink, PrefixCache
-from app.engine.simulation.defaults import MULTI_STEP_VLLM_VERSIONS
+from app.engine.simulation import KvLink, PrefixCache, SchedulerConfig
 from app.engine.simulation.disaggregated import NDR_PORT_BYTES_PER_S, NIXL_TRANSFER_LATENCY_S
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding
 from app.errors import spec_errors
+from app.formats.specs import SpecSchema, derived_from
 from app.simulations.service import (
     MAX_ARRIVAL_S,
     MAX_SIMULATED_STEPS,
@@ -24,12 +24,11 @@ from app.simulations.service import (
     PercentilesQuery,
     PoissonQuery,
     PoolQuery,
-    SchedulerChoice,
     SimulationQuery,
 )
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
-from app.web.schemas import Input, Lax
+from app.web.schemas import Input, Lax, Output
 
 __all__ = [
     "MAX_REQUESTS",
@@ -279,78 +278,21 @@ class Workload(RequestLengths):
         )
 
 
-_VLLM_MULTI_STEP = " to ".join(".".join(map(str, v)) for v in MULTI_STEP_VLLM_VERSIONS)
-_ENGINE_DEFAULT = (
-    "Default: the engine's own for this GPU (vLLM V1, SGLang, TensorRT-LLM; see "
-    "docs/model.md), or Ridgeline's ({}) with the roofline."
-)
+@derived_from(SchedulerConfig, exclude=("unchunked_policy",), partial=True)
+class SchedulerSettings(SpecSchema, Input):
+    """The serving engine's scheduler, its settings named as vLLM names its flags. A setting
+    left out (or null) is the engine's own default on this GPU (`target.engine`: vLLM, SGLang,
+    TensorRT-LLM by version, see docs/model.md; Ridgeline's 256 sequences and 2,048-token chunks
+    for the roofline); the answer's `scheduler` shows the settings run."""
+
+    def given(self) -> dict[str, Any]:
+        """The settings given, by `SchedulerConfig` field: what the engine's policy completes."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
 
 
-class SchedulerSettings(Input):
-    """The serving engine's scheduler, named as vLLM names its flags. A setting left out is
-    the timing engine's own default on this GPU."""
-
-    max_num_seqs: int | None = Field(
-        default=None,
-        ge=1,
-        le=65536,
-        description="Most sequences running at once. " + _ENGINE_DEFAULT.format(256),
-    )
-    max_num_batched_tokens: int | None = Field(
-        default=None,
-        ge=1,
-        le=_MAX_TOKENS,
-        description=(
-            "Token budget of one step: the prefill chunk size (at least max_num_seqs). "
-            + _ENGINE_DEFAULT.format(2048)
-        ),
-    )
-    enable_chunked_prefill: bool | None = Field(
-        default=None,
-        description=(
-            "Split long prompts into chunks that share steps with decodes. "
-            + _ENGINE_DEFAULT.format("on")
-        ),
-    )
-    long_prefill_token_threshold: int = Field(
-        default=0,
-        ge=0,
-        le=_MAX_TOKENS,
-        description="Cap on one request's chunk per step (0: none), leaving budget for others.",
-    )
-    num_scheduler_steps: int = Field(
-        default=1,
-        ge=1,
-        le=256,
-        description=(
-            "Multi-step scheduling, vLLM V0's --num-scheduler-steps (vLLM "
-            f"{_VLLM_MULTI_STEP}; vllm-project/vllm#7000 added it, #22138 removed it): the "
-            "scheduler decides once every n decode steps, so a request arriving within a "
-            "group waits for its end before its prefill starts. More than 1 is a 422 when the "
-            "steps are timed by an engine version without it (vLLM V1, so every vLLM from "
-            "0.10.1 and the bundled profiles; SGLang; TensorRT-LLM); the roofline takes any."
-        ),
-    )
-
-    def config(self) -> SchedulerChoice:
-        """The settings given, the rest left to the engine's defaults."""
-        return SchedulerChoice(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-            num_scheduler_steps=self.num_scheduler_steps,
-        )
-
-
-class SchedulerUsed(BaseModel):
-    """The scheduler a simulation ran."""
-
-    max_num_seqs: int = Field(description="Most sequences running at once.")
-    max_num_batched_tokens: int = Field(description="Token budget of one step.")
-    enable_chunked_prefill: bool = Field(description="Chunked prefill on.")
-    long_prefill_token_threshold: int = Field(description="Cap on one request's chunk.")
-    num_scheduler_steps: int = Field(description="Decode steps per scheduler decision.")
+@derived_from(SchedulerConfig, required=True, examples=False)
+class SchedulerUsed(SpecSchema, Output):
+    """The scheduler a run used: the settings given, the engine's defaults for the rest."""
 
 
 class SimulationSlo(Input):
@@ -575,7 +517,7 @@ class SimulationRequest(TargetRequest):
         slo = self.slo or SimulationSlo()
         return SimulationQuery(
             target=self.target_query(),
-            scheduler=self.scheduler.config(),
+            scheduler=self.scheduler.given(),
             workload=self.workload.query() if self.workload else None,
             trace_rows=self.trace,
             seed=self.seed,
@@ -825,7 +767,7 @@ class SweepRequest(TargetRequest):
         )
         base = SimulationQuery(
             target=self.target_query(),
-            scheduler=self.scheduler.config(),
+            scheduler=self.scheduler.given(),
             workload=workload,
             trace_rows=None,
             seed=self.seed,

@@ -18,7 +18,7 @@ times are not lost in rounding), and lengths within the model's context.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -50,7 +50,6 @@ from app.engine.simulation import (
 from app.engine.simulation import (
     kv_capacity_tokens as pool_tokens,
 )
-from app.engine.simulation.defaults import engine_scheduler, multi_step_refusal
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding, SpeculativeTimer
 from app.engine.specs import SpecError
 from app.engine.workload import (
@@ -325,40 +324,6 @@ ANONYMOUS_BUDGET = WorkBudget(max_requests=20_000, max_steps=1_000_000)
 
 
 @dataclass(frozen=True, slots=True)
-class SchedulerChoice:
-    """Scheduler settings a request gave; None: the timing engine's default on the GPU
-    (`app.engine.simulation.defaults.engine_scheduler`)."""
-
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    enable_chunked_prefill: bool | None = None
-    long_prefill_token_threshold: int = 0
-    num_scheduler_steps: int = 1
-
-    def resolve(self, target: Target) -> SchedulerConfig:
-        """The scheduler to run: the given settings over the engine's defaults; 422 naming the
-        field when they cannot work together, or when the timing engine's version has no
-        multi-step scheduling and more than one step is asked for."""
-        defaults = engine_scheduler(target.engine, target.gpu)
-        if self.num_scheduler_steps > 1:
-            refusal = multi_step_refusal(target.engine)
-            if refusal is not None:
-                raise InvalidInput.at("scheduler.num_scheduler_steps", refusal)
-        with spec_errors():
-            return dc_replace(
-                defaults,
-                max_num_seqs=self.max_num_seqs or defaults.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens
-                or defaults.max_num_batched_tokens,
-                enable_chunked_prefill=defaults.enable_chunked_prefill
-                if self.enable_chunked_prefill is None
-                else self.enable_chunked_prefill,
-                long_prefill_token_threshold=self.long_prefill_token_threshold,
-                num_scheduler_steps=self.num_scheduler_steps,
-            )
-
-
-@dataclass(frozen=True, slots=True)
 class PoolQuery:
     """One pool of a disaggregated deployment, as a request gave it."""
 
@@ -381,7 +346,9 @@ class SimulationQuery:
     """A simulation request, as the service needs it (the API schema builds it)."""
 
     target: TargetQuery
-    scheduler: SchedulerChoice
+    scheduler: Mapping[str, Any]
+    """The scheduler settings the request gave, by `SchedulerConfig` field; the target's
+    engine completes them (`Target.scheduler`)."""
     workload: PoissonQuery | None
     trace_rows: Sequence[Sequence[float]] | None
     seed: int
@@ -471,7 +438,7 @@ def prepare_simulation(
     """Resolve the target, size the KV cache, build the trace and check the work against
     `budget` before anything runs: 422 naming the field when it asks for more."""
     target = resolve_target(cache, query.target)
-    config = query.scheduler.resolve(target)
+    config = target.scheduler(query.scheduler)
     timer, drafter_bytes = _speculation(cache, query, target)
     if query.kv_capacity_override_tokens is not None:
         kv_tokens = query.kv_capacity_override_tokens

@@ -15,6 +15,7 @@ from app.catalog.schemas import (
     ModelArchitecture,
 )
 from app.engine.dtypes import DType
+from app.engine.serving import ENGINE_PATTERN, ServingEngine, parse_engine
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
 from app.errors import spec_errors
 from app.formats.catalog_specs import efficiency_from_fields, gpu_spec_from_fields
@@ -29,6 +30,7 @@ __all__ = [
     "StorageFormat",
     "TargetEcho",
     "TargetRequest",
+    "engine_query",
     "gpu_query",
     "model_query",
 ]
@@ -106,6 +108,29 @@ class DeploymentFields(Input):
             )
 
 
+ENGINE_DESCRIPTION = (
+    "The serving engine whose behaviour is simulated (its scheduler defaults, CUDA-graph "
+    "batches, chunking) and whose measured profile times the steps: `vllm`, `sglang`, "
+    "`trtllm` (that engine's default or newest profile for the GPU, else its newest release "
+    "Ridgeline models), `name@version` (a release Ridgeline models, vLLM 0.1 to 0.26, SGLang "
+    "0.1 to 0.5, TensorRT-LLM 0.1 to 1.3), or `roofline` (Ridgeline's own scheduler). Where "
+    "the GPU has no profile of the engine, its steps are timed by the roofline and `warnings` "
+    "says so. Default: the GPU's default profile's engine, else the roofline. Profiles time "
+    "steps with `efficiency: calibrated`; `ideal` and explicit efficiencies are roofline "
+    "what-ifs. `target.engine` names the engine simulated and `target.basis` what timed each "
+    "op class."
+)
+
+
+def engine_query(engine: str | None, field: str = "engine") -> ServingEngine | None:
+    """The request's engine as a value; a 422 naming `field` for a release Ridgeline does not
+    model (every route reads `engine` through here)."""
+    if engine is None:
+        return None
+    with spec_errors():
+        return parse_engine(engine, field)
+
+
 def model_query(model: str | ModelArchitecture) -> str | ModelSpec:
     """A catalog reference as it is; an inline architecture as its engine spec (422 naming
     `model.<field>` when it is impossible)."""
@@ -129,7 +154,6 @@ _Q = TypeVar("_Q")
 _QUERY_FIELDS: dict[type, tuple[str, ...]] = {}
 """`TargetRequest.query_of`'s field names by query class after `target`, read once per class
 (`dataclasses.fields` is slow)."""
-ENGINE_PATTERN = r"^(vllm|sglang|trtllm|roofline)(@[A-Za-z0-9][A-Za-z0-9._+-]{0,63})?$"
 
 
 class TargetRequest(DeploymentFields):
@@ -156,13 +180,7 @@ class TargetRequest(DeploymentFields):
     engine: str | None = Field(
         default=None,
         pattern=ENGINE_PATTERN,
-        description=(
-            "The serving engine whose measured profile times the steps: `vllm`, `sglang`, "
-            "`trtllm` (that engine's default or newest profile for the GPU), `name@version`, or "
-            "`roofline`. Default: the GPU's default profile, else the roofline. Applies with "
-            "`efficiency: calibrated`; `ideal` and explicit efficiencies are roofline what-ifs. "
-            "`basis` in the answer says what timed each op class."
-        ),
+        description=ENGINE_DESCRIPTION,
         examples=["vllm"],
     )
 
@@ -196,7 +214,7 @@ class TargetRequest(DeploymentFields):
             gpu=gpu_query(self.gpu),
             deployment=self.deployment(),
             efficiency=efficiency,
-            engine=self.engine,
+            engine=engine_query(self.engine),
         )
 
 
@@ -229,15 +247,19 @@ class TargetEcho(BaseModel):
     catalog_versions: dict[str, int] = Field(
         description="Versions of the catalog entries used (`model`, `gpu`), for reproducibility."
     )
-    engine: str | None = Field(
-        description="The profile the step times come from (`vllm@0.24.0`); null: the roofline."
+    engine: str = Field(
+        description=(
+            "The engine whose behaviour was simulated, `name@version` (`vllm@0.24.0`), or "
+            "`roofline` (Ridgeline's own scheduler); `basis` says what timed its steps."
+        )
     )
     basis: dict[str, str] = Field(
         description=(
             "Per op class (`gemm`, `prefill_attention`, `decode_attention`, `moe`, "
             "`communication`, `overhead`), what timed it: `profile <gpu> <engine>@<version>` "
             "(measured kernels, interpolated log-log), `roofline fitted to profile ...` (a shape "
-            "or format outside its tables), or `roofline` (`all`: every class)."
+            "or format outside its tables), or `roofline` (`all`: every class; `roofline (no "
+            "<engine> profile for this GPU)` when the engine named has none here)."
         ),
         examples=[{"gemm": "profile h100-sxm5-80gb vllm@0.24.0", "overhead": "roofline"}],
     )

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from app.catalog.profiles import ROOFLINE, choose_profile
+from app.catalog.profiles import choose_engine
 from app.catalog.spec_cache import CachedGpu, SpecCache
-from app.engine.profiles import Profile, ProfiledStepCost, engine_label
+from app.engine.profiles import ProfiledStepCost
+from app.engine.serving import ROOFLINE, ServingEngine
+from app.engine.simulation import SchedulerConfig
 from app.engine.specs import (
     IDEAL_EFFICIENCY,
     Deployment,
@@ -26,7 +28,7 @@ from app.engine.specs import (
     expert_dtype_for,
 )
 from app.engine.step_cost import StepCostModel
-from app.errors import InvalidInput, spec_errors
+from app.errors import spec_errors
 
 __all__ = [
     "INLINE",
@@ -59,9 +61,9 @@ class TargetQuery:
     gpu: str | GpuSpec
     deployment: Deployment = field(default_factory=Deployment)
     efficiency: EfficiencyMode | Efficiency = EfficiencyMode.CALIBRATED
-    engine: str | None = None
-    """`vllm`, `sglang`, `trtllm` (that engine's profile), `name@version`, or `roofline`;
-    None: the GPU's default profile, else the roofline."""
+    engine: ServingEngine | None = None
+    """The serving engine asked for (`app.catalog.profiles.choose_engine` resolves it); None:
+    the GPU's default profile's, else the roofline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,7 @@ class TargetEcho:
     expert_dtype: str | None
     efficiency: EfficiencyUsed
     catalog_versions: dict[str, int]
-    engine: str | None
+    engine: str
     basis: dict[str, str]
 
 
@@ -113,9 +115,12 @@ class Target:
     calibration_id: str | None = None
     price_per_gpu_hour_usd: float | None = None
     expected_error_pct: Mapping[str, float] = field(default_factory=dict)
-    engine: str | None = None
-    """The profile's `engine@version`; None when timed by the roofline."""
-    basis: Mapping[str, str] = field(default_factory=lambda: {"all": ROOFLINE})
+    engine: ServingEngine = ROOFLINE
+    """The engine whose behaviour is simulated (its scheduler, CUDA graphs), resolved: a
+    version for every engine but the roofline, whatever times its steps."""
+    basis: Mapping[str, str] = field(default_factory=lambda: {"all": ROOFLINE.label})
+    warnings: tuple[str, ...] = ()
+    """What the answer should say of the target itself (an engine timed by the roofline)."""
 
     def echo(self) -> TargetEcho:
         eff = self.efficiency
@@ -150,9 +155,19 @@ class Target:
                 calibration_id=self.calibration_id,
             ),
             catalog_versions=versions,
-            engine=self.engine,
+            engine=self.engine.label,
             basis=dict(self.basis),
         )
+
+    def scheduler(self, given: Mapping[str, Any]) -> SchedulerConfig:
+        """The scheduler this target's engine runs with the settings `given` (by
+        `SchedulerConfig` field) over its defaults on this GPU; a 422 naming the setting when
+        they cannot work together or the engine's version cannot run them."""
+        engine = self.engine
+        with spec_errors():
+            return engine.policy.scheduler(
+                engine.version, self.gpu, self.model.max_context_tokens, **given
+            )
 
     def expected_error(self, *phases: str) -> dict[str, float]:
         """The spread of validation residuals for these phases, where runs exist for the GPU."""
@@ -222,19 +237,36 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     if mode is not EfficiencyMode.CALIBRATED:  # the GPU's calibration played no part
         extras.pop("calibration_id", None)
         extras.pop("expected_error_pct", None)
-    profile = _profile(cache, cached, query.engine, mode)
+    choice = choose_engine(
+        query.engine,
+        cached.profiles if cached is not None else (),
+        gpu=gpu_id,
+        measured=mode is EfficiencyMode.CALIBRATED,
+    )
+    extras["engine"] = choice.engine
+    graphs = (
+        ()
+        if mode is EfficiencyMode.IDEAL
+        else choice.engine.policy.graph_sizes(choice.engine.version, query.deployment.tp)
+    )
     with spec_errors():
-        if profile is None or cached is None:
-            cost: StepCostModel = StepCostModel(model_spec, gpu_spec, query.deployment, chosen)
+        if choice.profile is None or cached is None:
+            cost: StepCostModel = StepCostModel(
+                model_spec, gpu_spec, query.deployment, chosen, graphs
+            )
+            extras["basis"] = {"all": choice.basis}
+            extras["warnings"] = choice.warnings
         else:
-            key = (model_spec, cached.spec_key, query.deployment, profile.id)
+            key = (model_spec, cached.spec_key, query.deployment, choice.profile.id)
             cost = _PROFILED.get(key) or _PROFILED.put(
-                key, ProfiledStepCost(model_spec, gpu_spec, query.deployment, profile)
+                key,
+                ProfiledStepCost(
+                    model_spec, gpu_spec, query.deployment, cache.profile(choice.profile)
+                ),
             )
     if isinstance(cost, ProfiledStepCost):
         chosen = cost.efficiency
         extras.pop("calibration_id", None)
-        extras["engine"] = engine_label(cost.profile.engine, cost.profile.version)
         extras["basis"] = cost.basis
         extras["expected_error_pct"] = _profile_error(cost)
     return Target(
@@ -278,27 +310,6 @@ class _Recent:
 
 
 _PROFILED = _Recent(256)
-
-
-def _profile(
-    cache: SpecCache, cached: CachedGpu | None, engine: str | None, mode: EfficiencyMode
-) -> Profile | None:
-    """The profile `engine` asks for on this catalog GPU, when the efficiency is calibrated
-    (`ideal` and explicit efficiencies are roofline what-ifs); a 422 naming `engine` for a
-    version the GPU has no profile of."""
-    if cached is None and engine is not None and "@" in engine:
-        raise InvalidInput.at("engine", "an inline GPU has no profiles")
-    if cached is None or mode is not EfficiencyMode.CALIBRATED:
-        return None
-    ref = choose_profile(cached.profiles, engine)
-    if ref is None:
-        if engine is not None and "@" in engine:
-            have = ", ".join(sorted(r.label for r in cached.profiles)) or "none"
-            raise InvalidInput.at(
-                "engine", f"GPU {cached.spec.id} has no profile {engine} (profiles: {have})"
-            )
-        return None
-    return cache.profile(ref)
 
 
 def _profile_error(cost: ProfiledStepCost) -> dict[str, float]:

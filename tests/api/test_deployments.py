@@ -103,7 +103,7 @@ def test_one_plan_rendered_for_every_target(client: TestClient) -> None:
     assert sglang["argv"] == SGLANG
     # The plan was timed with vLLM's profile: said, and no version is claimed for SGLang.
     assert sglang["engine_version"] is None
-    assert any("timed with vllm 0.24.0" in note for note in sglang["notes"])
+    assert any("the plan simulated vLLM, not sglang" in note for note in sglang["notes"])
     trtllm = client.get(base, params={"target": "trtllm"}).json()
     assert trtllm["argv"] == TRTLLM and trtllm["unsupported"] == []
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.engine.simulation.defaults import multi_step_refusal
+from app.engine.serving import ROOFLINE, parse_engine
 from app.engine.step_cost import decode_load, prefill_load
 from tests.api.test_simulations import catalog_cost
 
@@ -268,7 +268,7 @@ def test_num_scheduler_steps_is_at_least_one(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("engine", "allowed"),
     [
-        (None, True),  # the roofline
+        ("roofline", True),
         ("vllm@0.6.0", True),  # multi-step's first release (vllm-project/vllm#7000)
         ("vllm@0.8.5.post1", True),  # V1 by default, V0 when the flag is given
         ("vllm@0.10.0", True),  # the last before vllm-project/vllm#22138 removed it
@@ -280,7 +280,7 @@ def test_num_scheduler_steps_is_at_least_one(client: TestClient) -> None:
         ("trtllm@1.3.0rc20", False),
     ],
 )
-def test_which_engine_versions_have_multi_step_scheduling(
-    engine: str | None, allowed: bool
-) -> None:
-    assert (multi_step_refusal(engine) is None) == allowed
+def test_which_engine_versions_have_multi_step_scheduling(engine: str, allowed: bool) -> None:
+    named = parse_engine(engine).resolved()
+    assert (named.policy.multi_step_refusal(named.version) is None) == allowed
+    assert ROOFLINE.policy.multi_step_refusal(None) is None

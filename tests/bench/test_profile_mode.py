@@ -60,9 +60,9 @@ def test_profile_mode_writes_a_profile_the_service_takes(
         json={
             "model": "llama-3-8b",
             "gpu": "l4-24gb",
-            "engine": "vllm@measured",
+            "engine": "vllm@0.26.0",  # the newest vLLM modelled: the job's default version
             "batch_size": 1,
             "context_tokens": 16,
         },
     ).json()
-    assert answer["target"]["basis"]["decode_attention"] == "profile l4-24gb vllm@measured"
+    assert answer["target"]["basis"]["decode_attention"] == "profile l4-24gb vllm@0.26.0"

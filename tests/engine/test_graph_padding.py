@@ -9,7 +9,7 @@ from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document
 from app.engine.counting import OpClass
 from app.engine.profiles import ProfiledStepCost
-from app.engine.profiles.timer import graph_sizes
+from app.engine.serving import policy_of
 from app.engine.specs import Deployment
 from app.engine.step_cost import decode_load, prefill_load
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
@@ -23,12 +23,15 @@ def _timer(profile_id: str) -> ProfiledStepCost:
 
 
 def test_the_engines_capture_sizes() -> None:
-    vllm = graph_sizes("vllm", 1)
+    vllm = policy_of("vllm").graph_sizes("0.24.0", 1)
     assert vllm[:5] == (1, 2, 4, 8, 16) and vllm[-1] == 512 and len(vllm) == 67
-    sglang = graph_sizes("sglang", 1)
+    v0 = policy_of("vllm").graph_sizes("0.6.0", 1)  # V0's _BATCH_SIZES_TO_CAPTURE
+    assert v0[:5] == (1, 2, 4, 8, 16) and v0[-1] == 256 and len(v0) == 35
+    sglang = policy_of("sglang").graph_sizes("0.5.14", 1)
     assert sglang[:6] == (1, 2, 4, 8, 12, 16) and sglang[-1] == 256
-    assert graph_sizes("sglang", 4)[-1] == 512
-    assert graph_sizes("trtllm", 1) == ()
+    assert policy_of("sglang").graph_sizes("0.5.14", 4)[-1] == 512
+    assert policy_of("trtllm").graph_sizes("1.3.0rc20", 1) == ()
+    assert policy_of("roofline").graph_sizes(None, 1) == ()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ from itertools import product
 
 import pytest
 
-from app.catalog.profiles import bundled_document
 from app.engine.counting import OpClass
 from app.engine.dtypes import DType
 from app.engine.profiles import (
@@ -31,7 +30,6 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
-from tests.engine.test_counting import H100, LLAMA3_8B, MIXTRAL
 
 GPU = GpuSpec(
     id="test-gpu",
@@ -239,29 +237,3 @@ def test_time_totals_of_a_profiled_step_are_its_breakdown_summed() -> None:
             step.total_s,
         )
         assert totals.bound is step.bound
-
-
-@pytest.mark.parametrize("moe", [False, True])
-@pytest.mark.parametrize("tp", [1, 2])
-def test_the_profiled_closure_is_the_same_float(moe: bool, tp: int) -> None:
-    """`step_seconds_function` (what searches and the simulator time steps with) gives the very
-    float `step_seconds` computes, bit for bit (tolerance 0), with the bundled H100 profile's
-    tables, their roofline fallbacks, CUDA-graph padding, tp 2's all-reduce and MoE experts;
-    the second pass reads the memos the first filled."""
-    measured = bundled_document("h100-sxm5-80gb-vllm-0.24.0").to_profile()
-    model = MIXTRAL if moe else LLAMA3_8B
-    timer = ProfiledStepCost(model, H100, Deployment(tp=tp), measured)
-    reference = ProfiledStepCost(model, H100, Deployment(tp=tp), measured)
-    fast = timer.step_seconds_function()
-    assert fast is timer.step_seconds_function()  # built once per timer
-    assert fast != timer.step_seconds  # a plain layout gets the closure
-    loads = [
-        (tokens, chunks, tokens * cached + tokens * (tokens + 1) / 2, cached + tokens, seqs, ctx)
-        for tokens, chunks, cached in [(0, 0, 0), (1, 1, 0), (517, 1, 2048), (2048, 3, 7)]
-        for seqs, ctx in [(0, 0), (1, 40), (37, 52_001), (256, 1_000_000), (600, 600 * 3000)]
-    ]
-    for _ in range(2):
-        for load in loads:
-            expected = reference.step_seconds(*load)
-            assert fast(*load) == expected, load
-            assert timer.seconds(StepLoad(*load)) == expected, load

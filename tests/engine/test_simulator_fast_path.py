@@ -16,11 +16,8 @@ from typing import Any
 import pytest
 
 from app.engine.simulation import ClosedLoop, PrefixCache, SchedulerConfig, simulate
-from app.engine.specs import Deployment, Efficiency
-from app.engine.step_cost import StepCostModel
 from app.engine.step_load import StepLoad
 from app.engine.workload import PercentileLengths, PoissonWorkload, Trace
-from tests.engine.test_counting import H100, LLAMA3_8B, MIXTRAL
 
 PROMPTS = PercentileLengths(p50=1000, p90=3000, p99=8000, max_tokens=16_000)
 OUTPUTS = PercentileLengths(p50=200, p90=500, p99=1000, max_tokens=2000)
@@ -118,27 +115,3 @@ def test_a_curved_timer_agrees_within_half_a_percent(case: str) -> None:
             assert getattr(getattr(fast, metric), name) == pytest.approx(
                 getattr(getattr(exact, metric), name), rel=PERCENTILE_TOLERANCE
             ), (metric, name)
-
-
-# The roofline's closure (`StepCostModel.step_seconds_function`, what the loop times prefill
-# steps with) and its memos must give the very float `step_seconds` computes, bit for bit:
-# tolerance 0.
-@pytest.mark.parametrize("moe", [False, True])
-@pytest.mark.parametrize("tp", [1, 2])
-def test_the_roofline_fast_path_is_the_same_float(moe: bool, tp: int) -> None:
-    efficiency = Efficiency(gemm=0.6, attention=0.55, memory=0.8, overhead_ms=2.0)
-    model = StepCostModel(MIXTRAL if moe else LLAMA3_8B, H100, Deployment(tp=tp), efficiency)
-    reference = StepCostModel(MIXTRAL if moe else LLAMA3_8B, H100, Deployment(tp=tp), efficiency)
-    fast = model.step_seconds_function()
-    assert fast is not model.step_seconds  # a plain layout gets the closure
-    loads = [
-        (tokens, chunks, tokens * cached + tokens * (tokens + 1) // 2, cached + tokens, seqs, ctx)
-        for tokens, chunks, cached in [(0, 0, 0), (1, 1, 0), (517, 1, 2048), (2048, 3, 7)]
-        for seqs, ctx in [(0, 0), (1, 40), (37, 52_001), (256, 1_000_000)]
-    ]
-    for _ in range(2):  # the second pass reads the memos
-        for load in loads:
-            expected = reference.seconds(StepLoad(*load[:2], float(load[2]), *load[3:]))
-            assert fast(*load) == expected
-            assert model.step_seconds(*load) == expected
-            assert model.seconds(StepLoad(*load[:2], float(load[2]), *load[3:])) == expected

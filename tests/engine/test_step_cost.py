@@ -261,13 +261,16 @@ def test_derived_values_are_made_once_and_the_store_is_bounded() -> None:
 
 
 def test_a_cost_model_in_use_still_pickles() -> None:
-    """The process pool receives cost models by pickle: one that has built its step closure
-    and kept TP layouts (`derived`) arrives whole, times steps alike and rebuilds the closure."""
-    cost = StepCostModel(LLAMA3_70B, H100, Deployment(), Efficiency())
+    """The process pool receives cost models by pickle: one that has timed steps and kept TP
+    layouts (`derived`) arrives as its arguments, builds itself again and times steps alike."""
+    cost = StepCostModel(LLAMA3_70B, H100, Deployment(), Efficiency(), (1, 2, 4, 8, 16))
     load = decode_load(8, 1000) + prefill_load(512, cached_tokens=300)
-    expected = cost.step_seconds_function()(*load.fields())
+    expected = cost.step_seconds(*load.fields())
+    padded = cost.seconds(decode_load(9, 100))
     assess = assess_tp(LLAMA3_70B, H100, Deployment(), Efficiency(), cost=cost)
     copy = pickle.loads(pickle.dumps(cost))
+    assert type(copy) is StepCostModel and copy.graph_sizes == (1, 2, 4, 8, 16)
     assert copy.seconds(load) == expected
-    assert copy.step_seconds_function()(*load.fields()) == expected
+    assert copy.step_seconds(*load.fields()) == expected
+    assert copy.seconds(decode_load(9, 100)) == padded
     assert assess_tp(LLAMA3_70B, H100, Deployment(), Efficiency(), cost=copy) == assess

@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.engine import memory
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
 from app.engine.profiles import Profile
-from app.engine.simulation import KvLink, StepTimer
+from app.engine.serving import ROOFLINE, ServingEngine
+from app.engine.simulation import KvLink, SchedulerConfig, StepTimer
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import LengthDistribution, Trace
@@ -142,6 +143,9 @@ class GpuOffer:
     efficiency: Efficiency | None = None
     profile: Profile | None = None
     """The measured profile that times it (the roofline at `timing_efficiency` when None)."""
+    engine: ServingEngine = ROOFLINE
+    """The serving engine deployed on it, resolved: its scheduler is the base the candidates'
+    batch caps and chunks go onto, its CUDA graphs pad the decode steps."""
 
     def __post_init__(self) -> None:
         _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)
@@ -153,6 +157,18 @@ class GpuOffer:
     @property
     def timing_efficiency(self) -> Efficiency:
         return self.efficiency if self.efficiency is not None else self.gpu.efficiency
+
+    def scheduler(self, model: ModelSpec, max_num_seqs: int, chunk_tokens: int) -> SchedulerConfig:
+        """The engine's scheduler on this GPU with a candidate's batch cap and token budget."""
+        engine = self.engine
+        defaults = engine.policy.scheduler_defaults(
+            engine.version, self.gpu, model.max_context_tokens
+        )
+        return replace(defaults, max_num_seqs=max_num_seqs, max_num_batched_tokens=chunk_tokens)
+
+    def graph_sizes(self, tp: int) -> tuple[int, ...]:
+        """The decode batches the engine captures CUDA graphs at, with `tp` GPUs a group."""
+        return self.engine.policy.graph_sizes(self.engine.version, tp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,8 @@ from app.engine.planning.results import CandidatePlan, CandidateStatus
 from app.engine.planning.search import LOW_LOAD_FRACTION
 from app.engine.profiles import ProfiledStepCost
 from app.engine.simulation import SchedulerConfig, StepTimer, kv_capacity_tokens
-from app.engine.specs import Deployment, ModelSpec, SpecError
+from app.engine.specs import IDEAL_EFFICIENCY, Deployment, ModelSpec, SpecError
+from app.engine.step_cost import StepCostModel
 from app.engine.units import GB, MS_PER_S
 
 __all__ = ["MAX_REJECTED_FRACTION", "Candidate", "estimate_rps", "finite", "screen"]
@@ -144,13 +145,15 @@ def _infeasible(
     )
 
 
-def _schedulers(options: PlanOptions) -> list[SchedulerConfig]:
+def _schedulers(model: ModelSpec, offer: GpuOffer, options: PlanOptions) -> list[SchedulerConfig]:
+    """The candidates' schedulers on `offer`: its engine's, with each batch cap and chunk."""
     seen: dict[tuple[int, int], SchedulerConfig] = {}
     for seqs in options.max_num_seqs_candidates:
         for chunk in options.chunk_tokens_candidates:
             # A chunked step holds every running decode: max_num_seqs <= the chunk (vLLM).
             key = (min(seqs, chunk), chunk)
-            seen.setdefault(key, SchedulerConfig(max_num_seqs=key[0], max_num_batched_tokens=chunk))
+            if key not in seen:
+                seen[key] = offer.scheduler(model, *key)
     return list(seen.values())
 
 
@@ -209,9 +212,12 @@ def _timer(
         return f"tp {deployment.tp} exceeds the {options.gpus_per_node} GPUs of a node"
     try:
         validate_layout(model, deployment)  # whatever the timer checks
-        if offer.profile is not None and options.timer_factory is step_cost_timer:
+        if options.timer_factory is not step_cost_timer:
+            return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
+        if offer.profile is not None:
             return ProfiledStepCost(model, offer.gpu, deployment, offer.profile)
-        return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
+        graphs = () if offer.efficiency is IDEAL_EFFICIENCY else offer.graph_sizes(deployment.tp)
+        return StepCostModel(model, offer.gpu, deployment, offer.timing_efficiency, graphs)
     except SpecError as error:
         return error.message
 
@@ -282,7 +288,7 @@ def screen(
     footprint = sample.prompt_tokens + sample.output_tokens - 1  # KV of the last decode step
     live: list[Candidate] = []
     infeasible: list[CandidatePlan] = []
-    schedulers = _schedulers(options)
+    schedulers = {id(offer): _schedulers(model, offer, options) for offer in offers}
     deployments = [
         (offer, layout)
         for offer in offers
@@ -291,14 +297,14 @@ def screen(
             model, offer, Deployment(weight_dtype=weight_dtype, kv_dtype=kv_dtype), options
         )
     ]
-    count = len(deployments) * len(schedulers)
+    count = sum(len(schedulers[id(offer)]) for offer, _ in deployments)
     if count > MAX_CANDIDATES:
         raise SpecError(
             "candidates",
             f"{len(offers)} GPU(s) x {len(options.tp_candidates)} tp (and their dp, ep, pp "
-            f"layouts) x {len(options.dtype_pairs)} format pair(s) x {len(schedulers)} "
-            f"scheduler setting(s) = {count} candidates, over the {MAX_CANDIDATES} a plan may "
-            "screen",
+            f"layouts) x {len(options.dtype_pairs)} format pair(s) x "
+            f"{max(len(found) for found in schedulers.values())} scheduler setting(s) = "
+            f"{count} candidates, over the {MAX_CANDIDATES} a plan may screen",
         )
     for offer, deployment in deployments:
         replication = 1.0 if model.mla else max(1.0, deployment.tp / model.num_kv_heads)
@@ -312,12 +318,14 @@ def screen(
                 f"KV heads replicated: tp {deployment.tp} exceeds the model's "
                 f"{model.num_kv_heads} KV heads, so each is held {replication:g} times"
             )
-        for scheduler in schedulers:
+        for scheduler in schedulers[id(offer)]:
             chunk = scheduler.max_num_batched_tokens
             kv_tokens, why, caveat = _kv_capacity(
                 model, offer, deployment, scheduler, options, footprint_tokens=footprint
             )
-            lone_why, lone_share = _slo_miss_alone(timer, chunk, slo, lengths)
+            # Without chunked prefill a lone prompt is prefilled whole.
+            lone_chunk = chunk if scheduler.enable_chunked_prefill else model.max_context_tokens
+            lone_why, lone_share = _slo_miss_alone(timer, lone_chunk, slo, lengths)
             why = why or lone_why
             if why is not None:
                 infeasible.append(

@@ -6,7 +6,6 @@ from app.engine.profiles.profile import (
     EngineOverhead,
     OpFamily,
     Profile,
-    engine_label,
 )
 from app.engine.profiles.timer import ProfiledStepCost
 
@@ -18,5 +17,4 @@ __all__ = [
     "OpFamily",
     "Profile",
     "ProfiledStepCost",
-    "engine_label",
 ]

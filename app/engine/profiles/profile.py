@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from app.engine.dtypes import DType
 from app.engine.profiles.grid import Grid
+from app.engine.serving import EngineName, ServingEngine
 from app.engine.specs import Efficiency
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "EngineOverhead",
     "OpFamily",
     "Profile",
-    "engine_label",
 ]
 
 
@@ -35,10 +35,6 @@ class OpFamily(StrEnum):
     MOE = "moe"
     COMMUNICATION = "communication"
     OVERHEAD = "overhead"
-
-
-def engine_label(engine: str, version: str) -> str:
-    return f"{engine}@{version}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +52,16 @@ class AttentionTable:
 @dataclass(frozen=True, slots=True)
 class EngineOverhead:
     """The engine's own cost per step, outside the kernels: scheduling, input preparation,
-    sampling, launch. `step_ms + per_sequence_ms * sequences + per_token_ms * tokens`; and,
-    once per request, `prefill_per_layer_ms` per layer before its first token: the CPU-side
-    dispatch of its prefill, which kernel timings do not see."""
+    sampling, launch. `step_ms + per_sequence_ms * sequences + per_token_ms * tokens` (the step
+    times it with `app.engine.ops.Overhead`); and, once per request, `prefill_per_layer_ms` per
+    layer before its first token: the CPU-side dispatch of its prefill, which kernel timings do
+    not see."""
 
     step_ms: float
     per_sequence_ms: float = 0.0
     per_token_ms: float = 0.0
     prefill_per_layer_ms: float = 0.0
     source: str = ""
-
-    def seconds(self, sequences: int, tokens: int) -> float:
-        return (
-            self.step_ms + self.per_sequence_ms * sequences + self.per_token_ms * tokens
-        ) / 1000.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -100,7 +92,11 @@ class Profile:
 
     @property
     def label(self) -> str:
-        return f"profile {self.gpu} {engine_label(self.engine, self.version)}"
+        return f"profile {self.gpu} {self.serving_engine.label}"
+
+    @property
+    def serving_engine(self) -> ServingEngine:
+        return ServingEngine(EngineName(self.engine), self.version)
 
     def attention(
         self, prefill: bool, kv_dtype: DType, heads: int, kv_heads: int, head_dim: int

@@ -71,8 +71,6 @@ end, every decode's blocks free) runs as one group summed in closed form (`_Run.
 scripts/bench_simulator.py times 100,000 requests at several loads.
 """
 
-# First: which build of the event loop runs (see _native), before anything imports it.
-from app.engine.simulation import _native  # noqa: F401 # isort: skip
 from app.engine.simulation.config import (
     ClosedLoop,
     PrefixCache,

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.engine.memory import MemoryPlan
-from app.engine.specs import SpecError
+from app.engine.specs import SpecError, spec_field
 from app.engine.step_load import StepLoad
 
 __all__ = [
@@ -106,23 +106,50 @@ class UnchunkedPolicy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """The engine's scheduler knobs, named as vLLM names them (see the module docstring).
+    """The engine's scheduler, its knobs named as vLLM names its flags: the one definition. A
+    request gives some (`app.simulations.schemas.SchedulerSettings` is derived from these
+    fields), the engine's policy completes them (`app.engine.serving`), and the answer echoes the
+    completed one (`SchedulerUsed`, derived likewise)."""
 
-    `long_prefill_token_threshold` caps the prefill chunk one request gets per step (0: no cap,
-    vLLM's default); it applies with chunked prefill only.
-
-    `num_scheduler_steps` is vLLM V0's `--num-scheduler-steps` (multi-step scheduling): the
-    scheduler decides once every n decode steps; in between the running decodes step on, no
-    request is admitted and no prefill chunk runs, so a new request's first token waits for the
-    group to end (requests still leave at their last token). 1, the default, decides every step.
-    """
-
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
-    unchunked_policy: UnchunkedPolicy = UnchunkedPolicy.PREFILL_FIRST
-    long_prefill_token_threshold: int = 0
-    num_scheduler_steps: int = 1
+    max_num_seqs: int = spec_field(
+        "Most sequences running at once (--max-num-seqs).", default=256, ge=1, le=65536
+    )
+    max_num_batched_tokens: int = spec_field(
+        "Token budget of one step (--max-num-batched-tokens): the prefill chunk size with "
+        "chunked prefill (at least max_num_seqs), the most prompt tokens a step takes whole "
+        "without it (a longer prompt runs as its step's only one).",
+        default=2048,
+        ge=1,
+        le=1 << 24,
+    )
+    enable_chunked_prefill: bool = spec_field(
+        "Split long prompts into chunks that share steps with the running decodes.",
+        default=True,
+    )
+    unchunked_policy: UnchunkedPolicy = spec_field(
+        "Without chunked prefill, how whole prompts are scheduled: `prefill_first` (vLLM V0: "
+        "a step that admits prompts prefills only them, the running decodes wait) or `mixed` "
+        "(vLLM V1, TensorRT-LLM: prompts and decodes share a step). The engine's; not a knob.",
+        default=UnchunkedPolicy.PREFILL_FIRST,
+    )
+    long_prefill_token_threshold: int = spec_field(
+        "Cap on one request's chunk per step (0: none, vLLM's default), leaving budget for "
+        "others; applies with chunked prefill only.",
+        default=0,
+        ge=0,
+        le=1 << 24,
+    )
+    num_scheduler_steps: int = spec_field(
+        "Multi-step scheduling, vLLM V0's --num-scheduler-steps (vLLM 0.6.0 to 0.10.0; "
+        "vllm-project/vllm#7000 added it, #22138 removed it): the scheduler decides once every "
+        "n decode steps, so a request arriving within a group waits for its end before its "
+        "prefill starts (requests still leave at their last token). 1 decides every step; "
+        "more is a 422 for an engine version without it (vLLM V1, so every vLLM from 0.10.1; "
+        "SGLang; TensorRT-LLM); the roofline takes any.",
+        default=1,
+        ge=1,
+        le=256,
+    )
 
     def for_ranks(self, dp: int) -> SchedulerConfig:
         """The replica's budgets when `dp` attention data-parallel ranks each schedule with

@@ -2,7 +2,7 @@
 function, `_Run.execute`, on purpose: every attribute read there is paid millions of times).
 
 setup.py compiles this module with mypyc (about twice as fast): keep it plain, annotated Python
-that runs the same either way (tests/engine/test_simulator_compiled.py compares the two, float
+that runs the same either way (tests/engine/test_compiled.py compares the two, float
 for float), and annotate the loop's lists where their items are numbers."""
 
 from __future__ import annotations
@@ -307,15 +307,14 @@ class _Run:
         issued = users
         self.arrival_s = arrival
         seconds = self.timer.seconds
-        # The roofline's positional entry point skips building a StepLoad (a third of a call);
-        # its closure over the model's constants (the same floats) a half of what is left.
-        fields_seconds = (
-            self.timer.step_seconds_function()
-            if isinstance(self.timer, StepCostModel)
-            and type(self.timer).seconds is StepCostModel.seconds
-            else None
-        )
-        table = DecodeStepTable(self.timer, fields_seconds)
+        # A step cost model's positional entry point skips building a StepLoad (compiled
+        # together with this loop, a direct call).
+        cost: StepCostModel | None = None
+        if isinstance(self.timer, StepCostModel) and (
+            type(self.timer).seconds is StepCostModel.seconds
+        ):
+            cost = self.timer
+        table = DecodeStepTable(self.timer, None if cost is None else cost.step_seconds)
         segments = table.segments
         exact = self.exact_step_times
         shortcuts = self.shortcuts
@@ -810,8 +809,8 @@ class _Run:
             # Time the step.
             if prefill_chunks:
                 timer_calls += 1
-                if fields_seconds is not None:
-                    step_s = fields_seconds(
+                if cost is not None:
+                    step_s = cost.step_seconds(
                         prefill_tokens,
                         prefill_chunks,
                         attention_pairs,  # an int times a float is the float's product

@@ -37,10 +37,10 @@ class DecodeStepTable:
     def __init__(
         self,
         timer: StepTimer,
-        step_seconds: Callable[[int, int, float, int, int, int], float] | None = None,
+        step_seconds: Callable[[float, float, float, float, float, float], float] | None = None,
     ) -> None:
         """`step_seconds`, when given, is the timer's positional entry point (StepLoad's fields
-        in order; `StepCostModel.step_seconds_function`): the same seconds, without a StepLoad."""
+        in order; `StepCostModel.step_seconds`): the same seconds, without a StepLoad."""
         self._timer = timer
         self._step_seconds = step_seconds
         self._points: dict[tuple[int, int], float] = {}

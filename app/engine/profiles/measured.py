@@ -1,0 +1,207 @@
+"""Op families timed from a profile's tables (`app.engine.ops`, measured): each reads its curve
+or table where it covers the shape and is the roofline family it extends where it does not.
+
+A measured op class reports the roofline's split of compute and memory, scaled so that the
+larger one is the measured time (`bound_side`): the breakdown keeps the roofline's bound.
+Every time read from a table is remembered by its (rounded) shape, so a simulation pays the
+look-up once per shape; each memo holds at most `MEMO_ENTRIES`.
+
+Compiled with mypyc with the step (setup.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.engine.ops import (
+    Communication,
+    DecodeAttention,
+    Experts,
+    LinearOp,
+    PrefillAttention,
+    bound_side,
+)
+from app.engine.profiles.grid import Curve, Grid
+
+__all__ = [
+    "MEMO_ENTRIES",
+    "MeasuredCommunication",
+    "MeasuredDecodeAttention",
+    "MeasuredExperts",
+    "MeasuredLinear",
+    "MeasuredPrefillAttention",
+    "attention_ms",
+]
+
+MEMO_ENTRIES = 1 << 16
+_MS = 1e-3
+_UNMEASURED = -1.0
+"""A memo's mark for a shape the table does not cover (the roofline times it)."""
+
+
+def attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
+    """One layer's attention of `batch` sequences of `tokens` each, from a table measured on
+    another head count: `batch` already counts the heads in units of the table's (a kernel runs
+    heads and sequences alike in parallel), so the table's latency floor is paid once, not once
+    per extra head group. Beyond the table's largest batch, equal parts that fit."""
+    low, high = grid.bounds(0)
+    parts = max(1, math.ceil(batch / high))
+    one = grid.at2(min(max(batch / parts, low), high), max(tokens, 1.0))
+    return None if one is None else one * parts
+
+
+def _read(curve: Curve, memo: dict[float, float], x: float) -> float:
+    """The curve's seconds at `x`, remembered; `_UNMEASURED` beyond what it covers."""
+    seconds = memo.get(x)
+    if seconds is None:
+        found = curve.at(x)
+        seconds = _UNMEASURED if found is None else found
+        if len(memo) < MEMO_ENTRIES:
+            memo[x] = seconds
+    return seconds
+
+
+def _measured(compute_s: float, memory_s: float, seconds: float) -> tuple[float, float]:
+    """The roofline's (compute s, memory s) with the measured `seconds` on its bound side, or
+    as they are where nothing was measured."""
+    if seconds < 0.0:
+        return compute_s, memory_s
+    return bound_side(compute_s, memory_s, seconds)
+
+
+class MeasuredLinear(LinearOp):
+    """A GEMM op class read from its curve over rows (all layers, seconds)."""
+
+    def __init__(self, roofline: LinearOp, curve: Curve) -> None:
+        super().__init__(
+            roofline.op_class,
+            roofline.compute_s_per_row,
+            roofline.weights_s,
+            roofline.memory_s_per_row,
+        )
+        self.curve = curve
+        self.memo: dict[float, float] = {}
+
+    def parts(self, rows: float) -> tuple[float, float]:
+        compute_s, memory_s = LinearOp.parts(self, rows)
+        return _measured(compute_s, memory_s, _read(self.curve, self.memo, rows))
+
+
+class MeasuredExperts(Experts):
+    """The routed experts read from the fused-MoE curve of the layer shape over the replica's
+    tokens (all MoE layers, seconds); the shared experts are not in the tables."""
+
+    def __init__(self, roofline: Experts, curve: Curve) -> None:
+        super().__init__(
+            roofline.compute_s_per_token,
+            roofline.expert_weights_s,
+            roofline.shared_weights_s,
+            roofline.memory_s_per_token,
+            roofline.num_experts,
+            roofline.experts_per_token,
+            roofline.ep,
+            roofline.imbalance,
+        )
+        self.curve = curve
+        self.memo: dict[float, float] = {}
+
+    def parts(self, tokens: float) -> tuple[float, float]:
+        compute_s, memory_s = Experts.parts(self, tokens)
+        return _measured(compute_s, memory_s, _read(self.curve, self.memo, tokens))
+
+
+class MeasuredPrefillAttention(PrefillAttention):
+    """Prefill attention from the profile's table of the model's head layout: a step of c
+    chunks with P query-key pairs in all is read as c prompts of the length whose causal
+    self-attention has P / c pairs (sqrt(2 P / c) tokens, to the nearest token), attention
+    work being linear in the pairs whatever split of cached and new tokens makes them."""
+
+    def __init__(
+        self, roofline: PrefillAttention, grid: Grid, head_scale: float, layers: int
+    ) -> None:
+        super().__init__(
+            roofline.compute_s_per_pair,
+            roofline.expand_s_per_kv_token,
+            roofline.memory_s_per_token,
+            roofline.kv_s_per_token,
+        )
+        self.linear = False
+        self.grid = grid
+        self.head_scale = head_scale
+        self.layers = layers
+        self.memo: dict[tuple[float, int], float] = {}
+
+    def parts(
+        self, tokens: float, chunks: float, pairs: float, kv_tokens: float
+    ) -> tuple[float, float]:
+        compute_s, memory_s = PrefillAttention.parts(self, tokens, chunks, pairs, kv_tokens)
+        if chunks <= 0:
+            return compute_s, memory_s
+        length: int = round(math.sqrt(2.0 * pairs / chunks))
+        key = (chunks, length)
+        seconds = self.memo.get(key)
+        if seconds is None:
+            found = attention_ms(self.grid, chunks * self.head_scale, length)
+            seconds = _UNMEASURED if found is None else found * self.layers * _MS
+            if len(self.memo) < MEMO_ENTRIES:
+                self.memo[key] = seconds
+        return _measured(compute_s, memory_s, seconds)
+
+
+class MeasuredDecodeAttention(DecodeAttention):
+    """Decode attention from the profile's table, read at the mean context to the nearest
+    token."""
+
+    def __init__(
+        self, roofline: DecodeAttention, grid: Grid, head_scale: float, layers: int
+    ) -> None:
+        super().__init__(
+            roofline.compute_s_per_context_token,
+            roofline.absorb_s_per_sequence,
+            roofline.memory_s_per_sequence,
+            roofline.kv_s_per_token,
+        )
+        self.linear = False
+        self.grid = grid
+        self.head_scale = head_scale
+        self.layers = layers
+        self.memo: dict[tuple[float, int], float] = {}
+
+    def parts(self, sequences: float, context_tokens: float) -> tuple[float, float]:
+        compute_s, memory_s = DecodeAttention.parts(self, sequences, context_tokens)
+        mean: int = round(context_tokens / sequences)
+        key = (sequences, mean)
+        seconds = self.memo.get(key)
+        if seconds is None:
+            found = attention_ms(self.grid, sequences * self.head_scale, mean)
+            seconds = _UNMEASURED if found is None else found * self.layers * _MS
+            if len(self.memo) < MEMO_ENTRIES:
+                self.memo[key] = seconds
+        return _measured(compute_s, memory_s, seconds)
+
+
+class MeasuredCommunication(Communication):
+    """The tensor-parallel all-reduces read from the profile's curve at the group's size (a
+    rank's tokens times the activation bytes of one token, each of the step's all-reduces);
+    the layout's exchanges stay the roofline's."""
+
+    def __init__(
+        self, roofline: Communication, curve: Curve, token_bytes: float, allreduces: int
+    ) -> None:
+        super().__init__(
+            roofline.allreduce_s_per_token,
+            roofline.allreduce_latency_s,
+            roofline.layout_terms(),
+            roofline.dp,
+        )
+        self.curve = curve
+        self.token_bytes = token_bytes
+        self.allreduces = allreduces
+        self.smallest_bytes = curve.xs[0]
+
+    def tensor_parallel(self, tokens: float) -> float:
+        size = tokens * self.token_bytes
+        found = self.curve.at(size if size > self.smallest_bytes else self.smallest_bytes)
+        if found is None:
+            return Communication.tensor_parallel(self, tokens)
+        return found * self.allreduces

@@ -1,0 +1,117 @@
+"""What a serving engine's policy holds: the facts of one engine, by version, that a simulation,
+a timer and a launch render need. `app.engine.serving` has one subclass per engine
+(`vllm`, `sglang`, `trtllm`, `roofline`) and the registry; nothing else compares engine names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from app.engine.simulation.config import SchedulerConfig
+from app.engine.specs import GpuSpec, SpecError
+
+__all__ = ["DefaultOverhead", "EngineName", "EnginePolicy", "release"]
+
+
+class EngineName(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+    ROOFLINE = "roofline"  # Ridgeline's own scheduler, steps timed by the roofline
+
+
+def release(version: str) -> Version | None:
+    """`version` as a release (PEP 440: `0.8.5.post1`, `1.3.0rc20`), or None when it is not
+    one."""
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultOverhead:
+    """An engine's own cost outside the kernels where no measurement of it exists (what an
+    imported or measured profile starts from until it is calibrated to serving runs): per step,
+    per running sequence, per token, and per layer before a request's first token."""
+
+    step_ms: float
+    per_sequence_ms: float
+    prefill_per_layer_ms: float
+    source: str
+    per_token_ms: float = 0.0
+
+
+class EnginePolicy:
+    """One serving engine's behaviour. Versions are PEP 440 releases from `first_release` up
+    to the minor series of `newest_release`; a bare name means the newest (or the version of
+    the profile that times it)."""
+
+    name: EngineName
+    title: str
+    first_release: str | None = None
+    newest_release: str | None = None
+    overhead: DefaultOverhead | None = None
+    image: str | None = None
+    """The container image its launch renders run (`repository`, tagged by `image_tag`)."""
+
+    def refusal(self, version: str) -> str | None:
+        """Why `version` is not a release of this engine that Ridgeline models, or None."""
+        if self.first_release is None or self.newest_release is None:
+            return f"{self.title} has no versions: give `{self.name.value}` alone"
+        found = release(version)
+        first, newest = Version(self.first_release), Version(self.newest_release)
+        known = f"{self.title} {first} to {newest.major}.{newest.minor}.x"
+        if found is None:
+            return f"{version!r} is not a {self.title} release (known: {known})"
+        if found < first:
+            return f"{self.title} {version} predates the releases Ridgeline models ({known})"
+        if found.release[:2] > newest.release[:2]:
+            return (
+                f"{self.title} {version} is newer than the newest release Ridgeline models "
+                f"({known})"
+            )
+        return None
+
+    def version(self, version: str | None) -> str | None:
+        """The release a request means: `version`, else the newest modelled."""
+        return version if version is not None else self.newest_release
+
+    def scheduler_defaults(
+        self, version: str | None, gpu: GpuSpec, context_tokens: int
+    ) -> SchedulerConfig:
+        """What the engine's scheduler runs on `gpu` when nothing is set (for a model of
+        `context_tokens` context)."""
+        return SchedulerConfig()
+
+    def multi_step_refusal(self, version: str | None) -> str | None:
+        """Why this version cannot decide once every several decode steps (vLLM V0's
+        `--num-scheduler-steps`), or None when it can."""
+        return f"{self.title} has no multi-step scheduling: leave num_scheduler_steps at 1"
+
+    def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
+        """The decode batch sizes the engine captures CUDA graphs at by default, and pads a
+        decode-only step up to; empty: it runs every batch at its own size."""
+        return ()
+
+    def scheduler(
+        self, version: str | None, gpu: GpuSpec, context_tokens: int, **given: Any
+    ) -> SchedulerConfig:
+        """The scheduler a request runs: the settings it `given` over the engine's defaults;
+        `SpecError` naming `scheduler.<field>` when they cannot work together or this version
+        cannot run them."""
+        if given.get("num_scheduler_steps", 1) > 1:
+            refusal = self.multi_step_refusal(version)
+            if refusal is not None:
+                raise SpecError("scheduler.num_scheduler_steps", refusal)
+        defaults = self.scheduler_defaults(version, gpu, context_tokens)
+        settings = {name: value for name, value in given.items() if value is not None}
+        return replace(defaults, **settings)
+
+    def image_tag(self, version: str | None) -> str:
+        """The image tag of `version` (`latest` when none is known)."""
+        return "latest" if version is None else f"v{version}"

@@ -1,0 +1,18 @@
+"""The roofline as an engine: Ridgeline's own scheduler (256 sequences, 2,048-token chunks,
+chunked prefill on) with steps timed by the datasheet roofline at the GPU's efficiency. It has
+no versions, no CUDA-graph padding and no launch of its own, and it simulates multi-step
+scheduling as asked (any number of steps)."""
+
+from __future__ import annotations
+
+from app.engine.serving.policy import EngineName, EnginePolicy
+
+__all__ = ["RooflinePolicy"]
+
+
+class RooflinePolicy(EnginePolicy):
+    name = EngineName.ROOFLINE
+    title = "the roofline"
+
+    def multi_step_refusal(self, version: str | None) -> str | None:
+        return None

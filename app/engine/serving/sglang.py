@@ -1,0 +1,62 @@
+"""SGLang (sgl-project/sglang): scheduler defaults and CUDA-graph sizes, as 0.5.3's
+`ServerArgs` (python/sglang/srt/server_args.py) sets them.
+
+- `chunked_prefill_size` by GPU memory: 2048 below 35 GB, 4096 below 60 GB, 8192 below 160 GB,
+  16384 from 160 GB (`_handle_gpu_memory_settings`); `max_running_requests` unset resolves to
+  at least 2048 (the request pool's lower clamp, below the KV cache's half), and a step holds
+  at most the chunk.
+- CUDA graphs at `[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512,
+  max + 1, 32)` with `cuda_graph_max_bs` 256 on 80-160 GB GPUs below tp 4 and 512 from tp 4.
+- No multi-step scheduling; its overlap scheduler hides most CPU work (the overhead below is an
+  assumption until calibrated).
+
+Releases modelled: 0.1.0 to the 0.5 series (aiconfigurator-core 0.12.0 holds measurements of
+0.5.6.post2, 0.5.10 and 0.5.14).
+"""
+
+from __future__ import annotations
+
+from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
+from app.engine.simulation.config import SchedulerConfig
+from app.engine.specs import GpuSpec
+from app.engine.units import GB
+
+__all__ = ["SglangPolicy"]
+
+_GRAPHS = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 513, 32))
+
+
+class SglangPolicy(EnginePolicy):
+    name = EngineName.SGLANG
+    title = "SGLang"
+    first_release = "0.1.0"
+    newest_release = "0.5.14"
+    image = "lmsysorg/sglang"
+    overhead = DefaultOverhead(
+        step_ms=0.8,
+        per_sequence_ms=0.004,
+        prefill_per_layer_ms=0.0,
+        source=(
+            "Assumed, not measured: SGLang's overlap scheduler hides most CPU work; 0.8 ms per "
+            "step plus 4 us per running sequence (aiconfigurator-core adds no prefill dispatch "
+            "cost for SGLang). Calibrate with POST /v1/serving-runs."
+        ),
+    )
+
+    def scheduler_defaults(
+        self, version: str | None, gpu: GpuSpec, context_tokens: int
+    ) -> SchedulerConfig:
+        memory = gpu.memory_bytes
+        if memory < 35 * GB:
+            chunk = 2048
+        elif memory < 60 * GB:
+            chunk = 4096
+        elif memory < 160 * GB:
+            chunk = 8192
+        else:
+            chunk = 16384
+        return SchedulerConfig(max_num_seqs=min(2048, chunk), max_num_batched_tokens=chunk)
+
+    def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
+        largest = 512 if tp >= 4 else 256
+        return tuple(size for size in _GRAPHS if size <= largest)

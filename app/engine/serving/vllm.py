@@ -1,0 +1,105 @@
+"""vLLM (vllm-project/vllm): its scheduler defaults, CUDA-graph sizes and multi-step scheduling
+by release.
+
+- V0, the default engine before 0.8 (`vllm/engine/arg_utils.py`, `vllm/config.py` of 0.5-0.7):
+  `max_num_seqs` 256; chunked prefill off, so a step prefills whole prompts only and the
+  running decodes wait (`UnchunkedPolicy.PREFILL_FIRST`), the token budget
+  `max(max_model_len, 2048)`; `vllm serve` turns chunked prefill on for models of more than
+  32K context, with a 512-token budget (`SchedulerConfig`'s choice "between ITL and TTFT").
+  CUDA graphs at `[1, 2, 4] + range(8, 257, 8)` (`_BATCH_SIZES_TO_CAPTURE`).
+- V1, the default from 0.8 (`EngineArgs._set_default_args` of 0.10-0.11): chunked prefill
+  always on; for `vllm serve` on GPUs of at least 70 GiB other than the A100,
+  `max_num_batched_tokens` 8192 and `max_num_seqs` 1024, elsewhere 2048 and 256. CUDA graphs
+  at `[1, 2, 4] + range(8, 513, 8)` (`cuda_graph_sizes`, vllm/config/scheduler.py).
+- Multi-step scheduling (`--num-scheduler-steps`) is V0's: added by vllm-project/vllm#7000
+  (first released in 0.6.0), removed with V0's multi-step code by vllm-project/vllm#22138
+  (after 0.10.0). From 0.8 it makes vLLM fall back to V0 (`_is_v1_supported_oracle`).
+- The overhead outside the kernels: aiconfigurator-core 0.12.0's vLLM backend charges 0.8 ms a
+  layer of CPU-side prefill dispatch per request (`_prefill_dispatch_overhead_ms`); the step
+  and per-sequence costs are assumptions until calibrated.
+
+Releases modelled: 0.1.0 to the 0.26 series (aiconfigurator-core 0.12.0 holds measurements of
+0.14.0, 0.20.0, 0.24.0 and 0.26.0).
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy, release
+from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
+from app.engine.specs import GpuSpec
+from app.engine.units import GIB
+
+__all__ = ["MULTI_STEP_RELEASES", "VllmPolicy"]
+
+MULTI_STEP_RELEASES = ("0.6.0", "0.10.0")
+"""The first and last vLLM releases with `--num-scheduler-steps` (see the module docstring)."""
+V1_DEFAULT = Version("0.8.0")
+"""The first release whose default engine is V1."""
+LONG_CONTEXT_TOKENS = 32 * 1024
+"""Above this context `vllm serve` of V0 turns chunked prefill on."""
+_V0_GRAPHS = (1, 2, 4, *range(8, 257, 8))
+_V1_GRAPHS = (1, 2, 4, *range(8, 513, 8))
+
+
+class VllmPolicy(EnginePolicy):
+    name = EngineName.VLLM
+    title = "vLLM"
+    first_release = "0.1.0"
+    newest_release = "0.26.0"
+    image = "vllm/vllm-openai"
+    overhead = DefaultOverhead(
+        step_ms=1.0,
+        per_sequence_ms=0.005,
+        prefill_per_layer_ms=0.8,
+        source=(
+            "prefill_per_layer_ms: aiconfigurator-core 0.12.0's vLLM backend "
+            "(_prefill_dispatch_overhead_ms: CPU-side dispatch not captured by kernel "
+            "benchmarks, 0.8 ms per layer, recalibrated against its silicon corpus). step_ms "
+            "and per_sequence_ms assumed, not measured: about 1 ms of scheduling, input "
+            "preparation and sampling per CUDA-graph step, growing 5 us per running sequence. "
+            "Calibrate to your deployment with POST /v1/serving-runs."
+        ),
+    )
+
+    @staticmethod
+    def is_v0(version: str | None) -> bool:
+        """Whether `version` runs the V0 engine by default (a release before 0.8)."""
+        found = None if version is None else release(version)
+        return found is not None and found < V1_DEFAULT
+
+    def scheduler_defaults(
+        self, version: str | None, gpu: GpuSpec, context_tokens: int
+    ) -> SchedulerConfig:
+        if self.is_v0(version):
+            if context_tokens > LONG_CONTEXT_TOKENS:
+                return SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=512)
+            return SchedulerConfig(
+                max_num_seqs=256,
+                max_num_batched_tokens=max(context_tokens, 2048),
+                enable_chunked_prefill=False,
+                unchunked_policy=UnchunkedPolicy.PREFILL_FIRST,
+            )
+        if gpu.memory_bytes >= 70 * GIB and "a100" not in gpu.id.lower():
+            return SchedulerConfig(max_num_seqs=1024, max_num_batched_tokens=8192)
+        return SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048)
+
+    def multi_step_refusal(self, version: str | None) -> str | None:
+        first, last = (Version(v) for v in MULTI_STEP_RELEASES)
+        found = None if version is None else release(version)
+        span = f"vLLM {first} to {last}"
+        if found is not None and first <= found <= last:
+            return None
+        shown = f"vLLM {version}" if version is not None else "vLLM"
+        if found is not None and found < first:
+            why = "predates multi-step scheduling"
+        else:
+            why = "runs vLLM's V1 engine, which has no multi-step scheduling"
+        return (
+            f"{shown} {why}: --num-scheduler-steps was the V0 engine's, in {span}; leave it "
+            "at 1 or name such a version (engine: vllm@0.6.0) or the roofline"
+        )
+
+    def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
+        return _V0_GRAPHS if self.is_v0(version) else _V1_GRAPHS
