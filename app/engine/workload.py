@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from app.engine.specs import SpecError
 
 __all__ = [
+    "ClosedLoopWorkload",
     "HistogramLengths",
     "LengthDistribution",
     "PercentileLengths",
@@ -238,12 +239,7 @@ class PoissonWorkload:
 
     def trace(self, seed: int) -> Trace:
         """The requests for `seed` (a non-negative integer): same seed, same trace."""
-        if seed < 0:
-            raise SpecError("seed", f"must not be negative, got {seed}")
-        gaps_rng, prompt_rng, output_rng = (
-            np.random.Generator(np.random.PCG64(child))
-            for child in np.random.SeedSequence(seed).spawn(3)
-        )
+        gaps_rng, prompt_rng, output_rng = _streams(seed)
         # Poisson process: independent exponential gaps of mean 1/rate.
         arrival_s = np.cumsum(gaps_rng.standard_exponential(self.num_requests))
         arrival_s /= self.requests_per_s
@@ -252,3 +248,38 @@ class PoissonWorkload:
             prompt_tokens=self.prompt_tokens.sample(prompt_rng, self.num_requests),
             output_tokens=self.output_tokens.sample(output_rng, self.num_requests),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopWorkload:
+    """`num_requests` requests sent by users as earlier ones finish (`ClosedLoop` says how
+    many and how soon): independently drawn prompt and output lengths, no arrival process. The
+    lengths are those a `PoissonWorkload` of the same distributions draws for the same seed."""
+
+    num_requests: int
+    prompt_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 1:
+            raise SpecError("num_requests", f"must be at least 1, got {self.num_requests}")
+
+    def trace(self, seed: int) -> Trace:
+        """The requests for `seed`, all at 0: the loop sends each when a user is free."""
+        _, prompt_rng, output_rng = _streams(seed)
+        return Trace(
+            arrival_s=np.zeros(self.num_requests),
+            prompt_tokens=self.prompt_tokens.sample(prompt_rng, self.num_requests),
+            output_tokens=self.output_tokens.sample(output_rng, self.num_requests),
+        )
+
+
+def _streams(seed: int) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
+    """Independent generators of arrival gaps, prompt and output lengths for `seed`."""
+    if seed < 0:
+        raise SpecError("seed", f"must not be negative, got {seed}")
+    gaps, prompts, outputs = (
+        np.random.Generator(np.random.PCG64(child))
+        for child in np.random.SeedSequence(seed).spawn(3)
+    )
+    return gaps, prompts, outputs

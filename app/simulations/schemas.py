@@ -25,6 +25,7 @@ from app.simulations.service import (
     PoissonQuery,
     PoolQuery,
     SimulationQuery,
+    SimulationRun,
 )
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
@@ -779,11 +780,10 @@ class SweepRequest(TargetRequest):
             kv_capacity_override_tokens=self.kv_capacity_tokens,
         )
         if self.requests_per_s is not None:
-            return SweepQuery(base, SweepAxis.REQUESTS_PER_S, tuple(self.requests_per_s), 0)
+            return SweepQuery(base, SweepAxis.REQUESTS_PER_S, 0, rates=tuple(self.requests_per_s))
         if self.concurrency is not None:
-            values = tuple(float(users) for users in self.concurrency)
-            return SweepQuery(base, SweepAxis.CONCURRENCY, values, 0)
-        return SweepQuery(base, self.axis, None, self.points)
+            return SweepQuery(base, SweepAxis.CONCURRENCY, 0, users=tuple(self.concurrency))
+        return SweepQuery(base, self.axis, self.points)
 
 
 class SweepPoint(BaseModel):
@@ -836,8 +836,11 @@ class SweepResponse(BaseModel):
     @classmethod
     def of(cls, run: SweepRun, slo: SimulationSlo | None) -> SweepResponse:
         """The answer for `run`, judged against `slo`."""
+        loads: list[tuple[float | None, int | None, SimulationRun]] = [
+            (rate, None, simulated) for rate, simulated in run.runs
+        ] + [(None, users, simulated) for users, simulated in run.user_runs]
         points = []
-        for load, simulated in run.runs:
+        for rate, users, simulated in loads:
             result = simulated.result
             within = None
             if slo is not None and (slo.ttft_ms is not None or slo.tpot_ms is not None):
@@ -848,11 +851,10 @@ class SweepResponse(BaseModel):
                         (result.tpot_ms.p99, slo.tpot_ms),
                     )
                 )
-            open_loop = run.axis is SweepAxis.REQUESTS_PER_S
             points.append(
                 SweepPoint(
-                    requests_per_s_offered=load if open_loop else None,
-                    concurrency=None if open_loop else int(load),
+                    requests_per_s_offered=rate,
+                    concurrency=users,
                     requests_per_s=result.requests_per_s,
                     ttft_ms=LatencyPercentiles.model_validate(result.ttft_ms, from_attributes=True),
                     tpot_ms=LatencyPercentiles.model_validate(result.tpot_ms, from_attributes=True),
@@ -864,8 +866,10 @@ class SweepResponse(BaseModel):
                     within_slo=within,
                 )
             )
-        passing = [
-            load for (load, _), point in zip(run.runs, points, strict=True) if point.within_slo
+        passing: list[float] = [
+            rate if rate is not None else float(users or 0)
+            for (rate, users, _), point in zip(loads, points, strict=True)
+            if point.within_slo
         ]
         return cls(
             target=TargetEcho.model_validate(run.resolved.echo(), from_attributes=True),

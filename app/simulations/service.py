@@ -53,6 +53,7 @@ from app.engine.simulation import (
 from app.engine.simulation.speculative import DraftMethod, SpeculativeDecoding, SpeculativeTimer
 from app.engine.specs import SpecError
 from app.engine.workload import (
+    ClosedLoopWorkload,
     HistogramLengths,
     LengthDistribution,
     PercentileLengths,
@@ -201,6 +202,7 @@ class PoissonQuery:
 
     @property
     def closed_loop(self) -> ClosedLoop | None:
+        """The users of a closed loop (validated here, once), or None for an open one."""
         if self.concurrency is None:
             return None
         return ClosedLoop(self.concurrency, self.think_time_s)
@@ -464,14 +466,15 @@ def prepare_simulation(
         prompts = length_distribution(workload.prompt_tokens, "workload.prompt_tokens", context)
         outputs = length_distribution(workload.output_tokens, "workload.output_tokens", context)
         with spec_errors("workload"):
-            trace = PoissonWorkload(
-                # A closed loop sends requests as users free up: the rate only orders them.
-                requests_per_s=workload.requests_per_s or 1.0,
-                num_requests=workload.num_requests,
-                prompt_tokens=prompts,
-                output_tokens=outputs,
-            ).trace(query.seed)
             closed_loop = workload.closed_loop
+            if workload.requests_per_s is not None:
+                trace = PoissonWorkload(
+                    workload.requests_per_s, workload.num_requests, prompts, outputs
+                ).trace(query.seed)
+            else:  # users send the requests as earlier ones finish: no arrival process
+                trace = ClosedLoopWorkload(workload.num_requests, prompts, outputs).trace(
+                    query.seed
+                )
     else:
         raise InvalidInput.at("workload", "give a workload or a trace")
     disaggregated = None

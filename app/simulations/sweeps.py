@@ -27,7 +27,6 @@ from app.simulations.service import (
     KEYED_BUDGET,
     MIN_REQUESTS_PER_S,
     STEP_LIMIT_FACTOR,
-    PoissonQuery,
     SimulationJob,
     SimulationQuery,
     SimulationRun,
@@ -62,14 +61,15 @@ class SweepAxis(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SweepQuery:
-    """A simulation request whose load is the sweep's: `values` along `axis`, or None to choose
-    `points` of them up to saturation. `base.workload` carries the lengths (its load is
-    ignored)."""
+    """A simulation request whose load is the sweep's: the `rates` or `users` given along
+    `axis`, or neither to choose `points` of them. `base.workload` carries the lengths (its
+    load is ignored)."""
 
     base: SimulationQuery
     axis: SweepAxis
-    values: tuple[float, ...] | None
     points: int
+    rates: tuple[float, ...] | None = None
+    users: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,8 @@ class SweepJob:
 
     job: SimulationJob
     axis: SweepAxis
-    values: tuple[float, ...] | None
+    rates: tuple[float, ...] | None
+    users: tuple[int, ...] | None
     points: int
     think_time_s: float
     max_steps: int
@@ -98,7 +99,9 @@ class SweepRun:
     saturation_requests_per_s: float | None
     """The lowest probed rate at which the backlog grew, when the rates were chosen."""
     runs: tuple[tuple[float, SimulationRun], ...]
-    """(load, run) pairs: the load is the offered rate or the number of users."""
+    """(offered rate, run) pairs of an open-loop sweep; empty for a closed loop's."""
+    user_runs: tuple[tuple[int, SimulationRun], ...] = ()
+    """(users, run) pairs of a closed-loop sweep."""
 
 
 def _scaled(trace: Trace, requests_per_s: float) -> Trace:
@@ -106,10 +109,18 @@ def _scaled(trace: Trace, requests_per_s: float) -> Trace:
     return Trace(trace.arrival_s / requests_per_s, trace.prompt_tokens, trace.output_tokens)
 
 
-def _point(sweep: SweepJob, load: float) -> SimulationJob:
-    if sweep.axis is SweepAxis.REQUESTS_PER_S:
-        return dc_replace(sweep.job, trace=_scaled(sweep.job.trace, load), closed_loop=None)
-    return dc_replace(sweep.job, closed_loop=ClosedLoop(int(load), sweep.think_time_s))
+def _at_rate(sweep: SweepJob, rate: float) -> SimulationJob:
+    return dc_replace(sweep.job, trace=_scaled(sweep.job.trace, rate), closed_loop=None)
+
+
+def _with_users(sweep: SweepJob, users: int) -> SimulationJob:
+    return dc_replace(sweep.job, closed_loop=ClosedLoop(users, sweep.think_time_s))
+
+
+def _points(
+    sweep: SweepJob, rates: tuple[float, ...] = (), users: tuple[int, ...] = ()
+) -> list[SimulationJob]:
+    return [_at_rate(sweep, rate) for rate in rates] + [_with_users(sweep, n) for n in users]
 
 
 def _steps(job: SimulationJob) -> int:
@@ -120,13 +131,13 @@ def _steps(job: SimulationJob) -> int:
         return expected_steps(job.trace, job.timer or job.target.cost, scheduler)
 
 
-def _check_work(sweep: SweepJob, loads: tuple[float, ...], spent: int = 0) -> None:
+def _check_work(sweep: SweepJob, points: list[SimulationJob], spent: int = 0) -> None:
     """422 naming the work field when the points' steps and `spent` exceed the budget."""
-    steps = spent + sum(_steps(_point(sweep, load)) for load in loads)
+    steps = spent + sum(_steps(point) for point in points)
     if steps > sweep.max_steps:
         raise InvalidInput.at(
             sweep.work_field,
-            f"the sweep's {len(loads)} points take about {steps:,} forward steps together, "
+            f"the sweep's {len(points)} points take about {steps:,} forward steps together, "
             f"over the {sweep.max_steps:,} one sweep may take: simulate fewer requests per "
             "point or fewer points",
         )
@@ -140,26 +151,27 @@ def prepare_sweep(
     workload = query.base.workload
     if workload is None:
         raise InvalidInput.at("workload", "a sweep draws its requests from a workload")
-    unit = dc_replace(query.base, workload=_unit_load(workload))
-    # The steps of one request per second say nothing of the sweep's: checked point by point.
+    if query.axis is SweepAxis.REQUESTS_PER_S:
+        # Arrivals at one request per second, scaled to each point's rate.
+        base = dc_replace(workload, requests_per_s=1.0, concurrency=None)
+    else:  # each point's users send the same requests
+        base = dc_replace(workload, requests_per_s=None, concurrency=1)
+    # The steps of the base load say nothing of the sweep's: checked point by point.
     unbounded = WorkBudget(max_requests=budget.max_requests, max_steps=2**62)
-    job = prepare_simulation(cache, unit, unbounded)
+    job = prepare_simulation(cache, dc_replace(query.base, workload=base), unbounded)
     sweep = SweepJob(
         job=job,
         axis=query.axis,
-        values=query.values,
+        rates=query.rates,
+        users=query.users,
         points=query.points,
         think_time_s=workload.think_time_s,
         max_steps=budget.max_steps,
         work_field=job.work_field,
     )
-    if query.values is not None:
-        _check_work(sweep, query.values)
+    if query.rates is not None or query.users is not None:
+        _check_work(sweep, _points(sweep, query.rates or (), query.users or ()))
     return sweep
-
-
-def _unit_load(workload: PoissonQuery) -> PoissonQuery:
-    return dc_replace(workload, requests_per_s=1.0, concurrency=None)
 
 
 def _saturation(sweep: SweepJob, limit: int) -> tuple[float, int]:
@@ -171,12 +183,12 @@ def _saturation(sweep: SweepJob, limit: int) -> tuple[float, int]:
     users = min(scheduler.max_num_seqs, len(sweep.job.trace))
     full = dc_replace(sweep.job, closed_loop=ClosedLoop(users, 0.0), max_steps=limit)
     spent = _steps(full)
-    _check_work(sweep, (), spent)
+    _check_work(sweep, [], spent)
     rate = max(float(run_simulation_job(full).result.requests_per_s), MIN_REQUESTS_PER_S)
     for _ in range(_PROBES):
-        probe = dc_replace(_point(sweep, rate), max_steps=limit)
+        probe = dc_replace(_at_rate(sweep, rate), max_steps=limit)
         spent += _steps(probe)
-        _check_work(sweep, (), spent)
+        _check_work(sweep, [], spent)
         if run_simulation_job(probe).result.saturated:
             break
         rate *= _GROWTH
@@ -187,34 +199,37 @@ _GROWTH = 1.5
 _PROBES = 12
 
 
-def _chosen(sweep: SweepJob, saturation: float) -> tuple[float, ...]:
-    if sweep.axis is SweepAxis.REQUESTS_PER_S:
-        rates = np.linspace(*CHOSEN_SPAN, sweep.points) * saturation
-        return tuple(max(float(rate), MIN_REQUESTS_PER_S) for rate in rates)
-    # Users from 1 to twice the scheduler's running sequences (capped by the requests), evenly
-    # on a log scale, as whole distinct numbers.
+def _chosen_rates(saturation: float, points: int) -> tuple[float, ...]:
+    rates = np.linspace(*CHOSEN_SPAN, points) * saturation
+    return tuple(max(float(rate), MIN_REQUESTS_PER_S) for rate in rates)
+
+
+def _chosen_users(sweep: SweepJob) -> tuple[int, ...]:
+    """Users from 1 to twice the scheduler's running sequences (capped by the requests),
+    evenly on a log scale, as whole distinct numbers."""
     scheduler = sweep.job.scheduler.for_ranks(sweep.job.target.deployment.dp)
     top = max(2, min(2 * scheduler.max_num_seqs, len(sweep.job.trace)))
-    users = np.unique(np.rint(np.geomspace(1, top, sweep.points)).astype(int))
-    return tuple(float(u) for u in users)
+    return tuple(int(u) for u in np.unique(np.rint(np.geomspace(1, top, sweep.points))))
 
 
 def run_sweep_job(sweep: SweepJob) -> SweepRun:
     """Run a prepared sweep (in a heavy-work process; pure computation): the search for the
     saturating rate when the rates are to be chosen (`_saturation`), then each point."""
     saturation = None
-    loads = sweep.values
+    rates, users = sweep.rates, sweep.users
     limit = sweep.max_steps * STEP_LIMIT_FACTOR  # a run stops here; the check is an estimate
-    if loads is None:
+    if rates is None and users is None:
         spent = 0
         if sweep.axis is SweepAxis.REQUESTS_PER_S:
             saturation, spent = _saturation(sweep, limit)
-        loads = _chosen(sweep, saturation or 0.0)
-        _check_work(sweep, loads, spent)
-    runs = tuple(
-        (load, run_simulation_job(dc_replace(_point(sweep, load), max_steps=limit)))
-        for load in loads
-    )
+            rates = _chosen_rates(saturation, sweep.points)
+        else:
+            users = _chosen_users(sweep)
+        _check_work(sweep, _points(sweep, rates or (), users or ()), spent)
+
+    def run(job: SimulationJob) -> SimulationRun:
+        return run_simulation_job(dc_replace(job, max_steps=limit))
+
     job = sweep.job
     return SweepRun(
         resolved=job.target,
@@ -223,5 +238,6 @@ def run_sweep_job(sweep: SweepJob) -> SweepRun:
         num_requests=len(job.trace),
         axis=sweep.axis,
         saturation_requests_per_s=saturation,
-        runs=runs,
+        runs=tuple((rate, run(_at_rate(sweep, rate))) for rate in rates or ()),
+        user_runs=tuple((n, run(_with_users(sweep, n))) for n in users or ()),
     )

@@ -111,6 +111,24 @@ def simulate(
     return summarise(trace, run, ttft_slo_ms, tpot_slo_ms, request_overhead_s)
 
 
+class _Sent:
+    """Which requests have been sent. Open loop: all of them, at their arrival times. Closed
+    loop: the first `users` at 0, then each next one `think` seconds after a user is free (its
+    request finished, or was refused at its arrival): the one rule of the loop's users."""
+
+    def __init__(self, arrival: list[float], users: int, count: int, think: float) -> None:
+        self.arrival = arrival
+        self.sent = users
+        self.count = count
+        self.think = think
+
+    def user_free(self, at: float) -> None:
+        """A user is free at `at`: its next request goes out `think` later, if one is left."""
+        if self.sent < self.count:
+            self.arrival[self.sent] = at + self.think
+            self.sent += 1
+
+
 def _run(
     trace: Trace,
     timer: StepTimer,
@@ -304,7 +322,7 @@ class _Run:
         think = 0.0 if loop is None else loop.think_time_s
         if loop is not None:
             arrival = [0.0] * users + [math.inf] * (count - users)
-        issued = users
+        sent = _Sent(arrival, users, count, think)
         self.arrival_s = arrival
         seconds = self.timer.seconds
         # A step cost model's positional entry point skips building a StepLoad (compiled
@@ -454,9 +472,8 @@ class _Run:
                         late_s = now - arrival[next_arrival]
                         area_in_system += late_s
                         area_waiting += late_s
-                    elif issued < count:  # refused at once: the user sends the next one
-                        arrival[issued] = arrival[next_arrival] + think
-                        issued += 1
+                    else:  # refused at once: its user is free at its arrival
+                        sent.user_free(arrival[next_arrival])
                     next_arrival += 1
                 if not running and not waiting:
                     continue  # only rejected requests arrived
@@ -608,9 +625,7 @@ class _Run:
                                 continue  # preempted since it was scheduled to finish here
                             ticket_of[request] = -1
                             finish_s[request] = now
-                            if issued < count:
-                                arrival[issued] = now + think
-                                issued += 1
+                            sent.user_free(now)
                             del running[request]
                             free_blocks += final_blocks[request]
                             decode_seqs -= 1
@@ -893,9 +908,7 @@ class _Run:
                         continue  # preempted since it was scheduled to finish here
                     ticket_of[request] = -1
                     finish_s[request] = now
-                    if issued < count:
-                        arrival[issued] = now + think
-                        issued += 1
+                    sent.user_free(now)
                     del running[request]
                     free_blocks += final_blocks[request]
                     decode_seqs -= 1
@@ -913,9 +926,7 @@ class _Run:
                     itl += (now - last_token_s[request], 1)  # resumed after preemption
                 if tokens == output[request]:
                     finish_s[request] = now
-                    if issued < count:
-                        arrival[issued] = now + think
-                        issued += 1
+                    sent.user_free(now)
                     del running[request]
                     free_blocks += held_blocks[request]
                     continue
