@@ -17,6 +17,7 @@ from app.bundled import load_bundled_catalog
 from app.capacity import endpoints as capacity
 from app.catalog import endpoints as catalog
 from app.catalog.invalidation import catalog_caches
+from app.catalog.representations import Representation, Representations, target_of
 from app.db.session import DatabaseLimits, make_engine, make_session_factory
 from app.deployments import endpoints as deployments
 from app.estimates import endpoints as estimates
@@ -36,7 +37,7 @@ from app.web.docs_ui import install_docs
 from app.web.heavy import HeavyWork, HeavyWorkLimits
 from app.web.memo import ResponseMemo
 from app.web.metrics import HttpMetrics
-from app.web.middleware import ObservabilityMiddleware, ObservedFastAPI
+from app.web.middleware import KeptAnswers, ObservabilityMiddleware, ObservedFastAPI
 from app.web.openapi import install_openapi
 from app.web.problems import install_problem_handlers
 from app.web.state import AppState
@@ -168,5 +169,17 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         metrics=app.state.metrics,
         max_body_bytes=settings.max_body_bytes,
         fastapi_app=app,
+        kept_answers=_kept_catalog_reads(app),
     )
     return app
+
+
+def _kept_catalog_reads(app: FastAPI) -> KeptAnswers:
+    """The catalog reads the app keeps (`app.state.representations`, made at start-up), as the
+    middleware answers repeats of them before routing."""
+
+    def kept(path: str, query: bytes) -> Representation | None:
+        cache: Representations | None = getattr(app.state, "representations", None)
+        return None if cache is None else cache.get(target_of(path, query))
+
+    return kept

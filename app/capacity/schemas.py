@@ -12,7 +12,7 @@ from app.engine.serving import ENGINE_PATTERN
 from app.plans.schemas import Slo
 from app.simulations.schemas import LengthDistribution
 from app.targets.schemas import ENGINE_DESCRIPTION, Format
-from app.web.schemas import BF16_FORMAT, CATALOG_REF, Input
+from app.web.schemas import CATALOG_REF, Input
 
 __all__ = ["CapacityPredicted", "CapacityRequest", "CapacityResponse"]
 
@@ -59,8 +59,13 @@ class CapacityRequest(Input):
     ep: int = Field(
         default=1, ge=1, le=1024, description="Expert parallelism: 1, or tp x dp (MoE)."
     )
-    weight_dtype: Format = Field(default=BF16_FORMAT, description="Weight format.")
-    kv_dtype: Format = Field(default=BF16_FORMAT, description="KV-cache format.")
+    weight_dtype: Format | None = Field(
+        default=None, description="Weight format; default: the model's checkpoint's."
+    )
+    kv_dtype: Format | None = Field(
+        default=None,
+        description="KV-cache format; default: the weights' (fp8 beside fp8, else bf16).",
+    )
     engine: str | None = Field(
         default=None,
         pattern=ENGINE_PATTERN,

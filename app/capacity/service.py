@@ -32,7 +32,7 @@ from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
 from app.errors import spec_errors
 from app.simulations.service import length_distribution
 from app.targets.schemas import engine_query, model_query
-from app.targets.service import resolve_model
+from app.targets.service import resolve_formats, resolve_model
 
 __all__ = [
     "METRICS",
@@ -103,6 +103,11 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
     ref = resolved.choice.profile
     profile = cache.profile(ref) if ref is not None else None
     context = resolved.model.max_context_tokens
+    weights, kv = resolve_formats(
+        resolved.model,
+        None if body.weight_dtype is None else DType(body.weight_dtype),
+        None if body.kv_dtype is None else DType(body.kv_dtype),
+    )
     with spec_errors():
         offer = GpuOffer(
             resolved.gpu.spec, _PLACEHOLDER_PRICE, efficiency, profile, resolved.choice.engine
@@ -125,8 +130,8 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
             pp=body.pp,
             dp=body.dp,
             ep=body.ep,
-            weight_dtype=DType(body.weight_dtype),
-            kv_dtype=DType(body.kv_dtype),
+            weight_dtype=weights,
+            kv_dtype=kv,
             max_num_seqs=body.max_num_seqs,
             chunk_tokens=body.chunk_tokens,
             gpu_memory_utilization=body.gpu_memory_utilization,

@@ -12,7 +12,6 @@ from starlette.concurrency import run_in_threadpool
 
 from app.catalog.spec_cache import SpecCache
 from app.estimates import service as estimates
-from app.estimates.routing import EstimateRoute
 from app.estimates.schemas import (
     BatchCeilingRequest,
     BatchCeilingResponse,
@@ -33,6 +32,7 @@ from app.estimates.schemas import (
 )
 from app.web.charts import SVG_MEDIA_TYPE, prefill_curve_svg, roofline_svg, wants_svg
 from app.web.deps import EstimateBody, HeavyWorkDep, SpecCacheDep, memoized_answer
+from app.web.estimate_routing import EstimateRoute
 from app.web.heavy import HeavyWork
 from app.web.json_writer import JsonWriter
 from app.web.schemas import problem_responses

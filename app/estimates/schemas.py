@@ -64,33 +64,29 @@ class _CachedPrefix(Input):
 class _KnownTarget:
     """`target_query` kept per process for catalog ids with a named efficiency (what a scheduler
     sends, few distinct): building one (the deployment, its formats, the efficiency) costs a
-    tenth of a computed estimate. Pure: the same fields always make the same frozen query."""
+    tenth of a computed estimate. Pure: the same fields always make the same frozen query. The
+    key is every field `TargetRequest` declares (`key_of`), so a field added there keys it too."""
 
     _KEPT = 1024
     _kept: ClassVar[dict[tuple[Any, ...], TargetQuery]] = {}
 
-    def target_query(self) -> TargetQuery:
-        request: Any = self
+    @staticmethod
+    def key_of(request: Any) -> tuple[Any, ...] | None:
+        """The cache key of `request`'s target: its `TargetRequest` fields in order; None for
+        an inline model or GPU or explicit efficiencies (not kept)."""
         if not (
             isinstance(request.model, str)
             and isinstance(request.gpu, str)
             and isinstance(request.efficiency, str)
         ):
+            return None
+        return tuple(getattr(request, name) for name in _TARGET_FIELDS)
+
+    def target_query(self) -> TargetQuery:
+        request: Any = self
+        key = _KnownTarget.key_of(request)
+        if key is None:
             return TargetRequest.target_query(request)
-        key = (
-            request.model,
-            request.gpu,
-            request.efficiency,
-            request.engine,
-            request.tp,
-            request.pp,
-            request.dp,
-            request.ep,
-            request.expert_imbalance,
-            request.weight_dtype,
-            request.kv_dtype,
-            request.expert_dtype,
-        )
         kept = _KnownTarget._kept
         query = kept.get(key)
         if query is None:
@@ -99,6 +95,10 @@ class _KnownTarget:
                 kept.clear()
             kept[key] = query
         return query
+
+
+_TARGET_FIELDS = tuple(TargetRequest.model_fields)
+"""The fields every estimate request shares: what its target is made of."""
 
 
 # ---- shared response parts

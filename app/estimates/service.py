@@ -33,11 +33,12 @@ from app.engine.memory import (
 )
 from app.engine.parallelism import DEFAULT_TP_CANDIDATES, TpFeasibility, assess_tp
 from app.engine.roofline import Roofline, roofline
-from app.engine.specs import Deployment, GpuSpec, ModelSpec
+from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import spec_errors
 from app.targets.schemas import TargetEcho
 from app.targets.service import (
     EfficiencyMode,
+    Layout,
     Target,
     TargetQuery,
     resolve_gpu_spec,
@@ -167,7 +168,7 @@ class ChunkSizeQuery:
 class RooflineQuery:
     gpu: str | GpuSpec
     model: str | ModelSpec | None = None
-    deployment: Deployment = field(default_factory=Deployment)
+    deployment: Layout = field(default_factory=Layout)
     prompt_tokens: int = 2048
     context_tokens: int = 2048
     batch_size: int = 1
@@ -336,7 +337,7 @@ def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:
     with spec_errors():
         result = roofline(
             spec,
-            deployment=query.deployment,
+            deployment=query.deployment.deployment(None),
             prompt_tokens=query.prompt_tokens,
             context_tokens=query.context_tokens,
             batch_size=query.batch_size,

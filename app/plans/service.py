@@ -51,7 +51,7 @@ from app.simulations.service import (
     length_distribution,
     trace_from_rows,
 )
-from app.targets.service import EfficiencyMode, resolve_model
+from app.targets.service import EfficiencyMode, resolve_formats, resolve_model
 
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
@@ -143,10 +143,6 @@ def problem_of(error: DomainError) -> dict[str, Any]:
     }
 
 
-# The KV format each weight format is served with unless kv_dtypes says otherwise.
-_NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
-
-
 def _offers(
     session: Session, cache: SpecCache, query: PlanQuery
 ) -> tuple[list[GpuOffer], dict[str, int]]:
@@ -193,7 +189,7 @@ def _offers(
 def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
     weights = query.weight_dtypes or (model.checkpoint_dtype,)
     if query.kv_dtypes is None:
-        return tuple(dict.fromkeys((w, _NATURAL_KV.get(w, DType.BF16)) for w in weights))
+        return tuple(dict.fromkeys(resolve_formats(model, w, None) for w in weights))
     return tuple((w, kv) for w in weights for kv in query.kv_dtypes)
 
 

@@ -651,6 +651,9 @@ class SimulationResponse(BaseModel):
     max_waiting_requests: int = Field(description="Longest queue.")
     max_running_requests: int = Field(description="Largest running batch.")
     queue: list[QueuePoint] = Field(description="The queue over the run, at most 200 samples.")
+    warnings: list[str] = Field(
+        description="What to read the answer with (an engine whose steps the roofline timed)."
+    )
     disaggregated: DisaggregatedUsed | None = Field(
         default=None,
         description=(
@@ -832,6 +835,9 @@ class SweepResponse(BaseModel):
         "when none is, or no SLO was given."
     )
     points: list[SweepPoint] = Field(description="One per load.")
+    warnings: list[str] = Field(
+        description="What to read the answer with (an engine whose steps the roofline timed)."
+    )
 
     @classmethod
     def of(cls, run: SweepRun, slo: SimulationSlo | None) -> SweepResponse:
@@ -880,4 +886,5 @@ class SweepResponse(BaseModel):
             saturation_requests_per_s=run.saturation_requests_per_s,
             max_load_within_slo=max(passing) if passing else None,
             points=points,
+            warnings=list(run.resolved.warnings),
         )

@@ -118,6 +118,10 @@ class SimulationRun:
     def target(self) -> TargetEcho:
         return self.resolved.echo()
 
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.resolved.warnings)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.result, name)
 

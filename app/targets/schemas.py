@@ -16,11 +16,11 @@ from app.catalog.schemas import (
 )
 from app.engine.dtypes import DType
 from app.engine.serving import ENGINE_PATTERN, ServingEngine, parse_engine
-from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec
+from app.engine.specs import Efficiency, GpuSpec, ModelSpec
 from app.errors import spec_errors
 from app.formats.catalog_specs import efficiency_from_fields, gpu_spec_from_fields
-from app.targets.service import EfficiencyMode, TargetQuery
-from app.web.schemas import BF16_FORMAT, CATALOG_REF, Format, Input, StorageFormat
+from app.targets.service import EfficiencyMode, Layout, TargetQuery
+from app.web.schemas import CATALOG_REF, Format, Input, StorageFormat
 
 __all__ = [
     "DeploymentFields",
@@ -79,11 +79,21 @@ class DeploymentFields(Input):
             "perfect balancer)."
         ),
     )
-    weight_dtype: Format = Field(
-        default=BF16_FORMAT,
-        description="Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8.",
+    weight_dtype: Format | None = Field(
+        default=None,
+        description=(
+            "Weight format. int4 is weight-only (computes in bf16); fp8/int8 run W8A8. Default: "
+            "the model's checkpoint's (`checkpoint_dtype`: bf16 for most, fp8-block for "
+            "DeepSeek-V3/R1 and Kimi K2), as plans default it."
+        ),
     )
-    kv_dtype: Format = Field(default=BF16_FORMAT, description="KV-cache format.")
+    kv_dtype: Format | None = Field(
+        default=None,
+        description=(
+            "KV-cache format. Default: the format the weights are served with (fp8 beside fp8 "
+            "weights, fp16 beside fp16, else bf16)."
+        ),
+    )
     expert_dtype: Format | None = Field(
         default=None,
         description=(
@@ -93,19 +103,18 @@ class DeploymentFields(Input):
         ),
     )
 
-    def deployment(self) -> Deployment:
-        """The engine's deployment; 422 naming the field when it is impossible."""
-        with spec_errors():
-            return Deployment(
-                tp=self.tp,
-                weight_dtype=DType(self.weight_dtype),
-                kv_dtype=DType(self.kv_dtype),
-                pp=self.pp,
-                dp=self.dp,
-                ep=self.ep,
-                expert_imbalance=self.expert_imbalance,
-                expert_dtype=None if self.expert_dtype is None else DType(self.expert_dtype),
-            )
+    def deployment(self) -> Layout:
+        """The layout as given; the target's model completes its formats (`Layout.deployment`)."""
+        return Layout(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            ep=self.ep,
+            expert_imbalance=self.expert_imbalance,
+            weight_dtype=None if self.weight_dtype is None else DType(self.weight_dtype),
+            kv_dtype=None if self.kv_dtype is None else DType(self.kv_dtype),
+            expert_dtype=None if self.expert_dtype is None else DType(self.expert_dtype),
+        )
 
 
 ENGINE_DESCRIPTION = (

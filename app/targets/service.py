@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from app.catalog.profiles import choose_engine
 from app.catalog.spec_cache import CachedGpu, SpecCache
+from app.engine.dtypes import DType
 from app.engine.profiles import ProfiledStepCost
 from app.engine.serving import ROOFLINE, ServingEngine
 from app.engine.simulation import SchedulerConfig
@@ -34,9 +35,11 @@ __all__ = [
     "INLINE",
     "EfficiencyMode",
     "Estimated",
+    "Layout",
     "Target",
     "TargetEcho",
     "TargetQuery",
+    "resolve_formats",
     "resolve_gpu_spec",
     "resolve_model",
     "resolve_target",
@@ -52,6 +55,57 @@ class EfficiencyMode(StrEnum):
     CUSTOM = "custom"  # efficiencies given in the request
 
 
+_NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
+"""The KV format each weight format is served with unless one is given (else bf16)."""
+
+
+def resolve_formats(
+    model: ModelSpec | None, weight_dtype: DType | None, kv_dtype: DType | None
+) -> tuple[DType, DType]:
+    """(weights, KV cache) of a deployment whose request may leave either out: the weights are
+    the model's checkpoint's (`checkpoint_dtype`; bf16 without a model), the KV cache the format
+    those weights are served with (fp8 beside fp8, fp16 beside fp16, else bf16). The one
+    resolution of formats every route uses (estimates, simulations, capacity, plans)."""
+    weights = weight_dtype or (model.checkpoint_dtype if model is not None else DType.BF16)
+    return weights, kv_dtype or _NATURAL_KV.get(weights, DType.BF16)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A deployment as a request gave it: the parallel layout, and formats where given (None:
+    the model's checkpoint's, `resolve_formats`). `deployment` completes it."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    expert_imbalance: float | None = None
+    weight_dtype: DType | None = None
+    kv_dtype: DType | None = None
+    expert_dtype: DType | None = None
+
+    def single_gpu(self) -> Layout:
+        """The formats of this layout on one GPU (no tp, dp, ep or pp)."""
+        if (self.tp, self.pp, self.dp, self.ep) == (1, 1, 1, 1):
+            return self
+        return replace(self, tp=1, pp=1, dp=1, ep=1, expert_imbalance=None)
+
+    def deployment(self, model: ModelSpec | None) -> Deployment:
+        """The engine's deployment of `model`; a 422 naming the field when it is impossible."""
+        weights, kv = resolve_formats(model, self.weight_dtype, self.kv_dtype)
+        with spec_errors():
+            return Deployment(
+                tp=self.tp,
+                weight_dtype=weights,
+                kv_dtype=kv,
+                pp=self.pp,
+                dp=self.dp,
+                ep=self.ep,
+                expert_imbalance=self.expert_imbalance,
+                expert_dtype=self.expert_dtype,
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class TargetQuery:
     """Which model, on which GPU, deployed how, timed how: a catalog id (or another name of the
@@ -59,7 +113,7 @@ class TargetQuery:
 
     model: str | ModelSpec
     gpu: str | GpuSpec
-    deployment: Deployment = field(default_factory=Deployment)
+    deployment: Layout = field(default_factory=Layout)
     efficiency: EfficiencyMode | Efficiency = EfficiencyMode.CALIBRATED
     engine: ServingEngine | None = None
     """The serving engine asked for (`app.catalog.profiles.choose_engine` resolves it); None:
@@ -220,6 +274,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     (a tp the heads cannot take, a format the GPU cannot compute in)."""
     model_spec, model_id, model_version = resolve_model(cache, query.model)
     gpu_spec, gpu_id, cached = resolve_gpu_spec(cache, query.gpu)
+    deployment = query.deployment.deployment(model_spec)
     extras: dict[str, Any] = {}
     if cached is not None:
         extras = {
@@ -247,22 +302,18 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     graphs = (
         ()
         if mode is EfficiencyMode.IDEAL
-        else choice.engine.policy.graph_sizes(choice.engine.version, query.deployment.tp)
+        else choice.engine.policy.graph_sizes(choice.engine.version, deployment.tp)
     )
     with spec_errors():
         if choice.profile is None or cached is None:
-            cost: StepCostModel = StepCostModel(
-                model_spec, gpu_spec, query.deployment, chosen, graphs
-            )
+            cost: StepCostModel = StepCostModel(model_spec, gpu_spec, deployment, chosen, graphs)
             extras["basis"] = {"all": choice.basis}
             extras["warnings"] = choice.warnings
         else:
-            key = (model_spec, cached.spec_key, query.deployment, choice.profile.id)
+            key = (model_spec, cached.spec_key, deployment, choice.profile.id)
             cost = _PROFILED.get(key) or _PROFILED.put(
                 key,
-                ProfiledStepCost(
-                    model_spec, gpu_spec, query.deployment, cache.profile(choice.profile)
-                ),
+                ProfiledStepCost(model_spec, gpu_spec, deployment, cache.profile(choice.profile)),
             )
     if isinstance(cost, ProfiledStepCost):
         chosen = cost.efficiency
@@ -272,7 +323,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     return Target(
         model=model_spec,
         gpu=gpu_spec,
-        deployment=query.deployment,
+        deployment=deployment,
         efficiency=chosen,
         efficiency_mode=mode,
         cost=cost,

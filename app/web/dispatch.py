@@ -11,10 +11,12 @@ could answer the same method and path (a parameterised route, a mount, an earlie
 so the answer is the one FastAPI's routing gives; every other request (parameters, 404, 405,
 redirects) takes FastAPI's routing unchanged.
 
-The table reads FastAPI's routing internals. When they are not as this module knows them (a
-FastAPI release that renamed them), the table is empty and a warning is logged once: requests
-are routed by FastAPI, as correct as ever and only slower; `tests/api/test_dispatch.py` fails
-then, so an upgrade does not lose the fast path unnoticed.
+The table reads FastAPI's routing internals (`_get_fastapi_scope`, `_IncludedRouter`, the
+effective-route context and telemetry hook), checked against FastAPI 0.165.0 and Starlette
+1.10.0 (`CHECKED_AGAINST`; pyproject.toml bounds both to those releases). When they are not as
+this module knows them (a release that renamed them), the table is empty and a warning is logged
+once: requests are routed by FastAPI, as correct as ever and only slower;
+`tests/api/test_dispatch.py` fails then, and on any other release, so an upgrade re-checks them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["StaticDispatch", "install_static_dispatch"]
+__all__ = ["CHECKED_AGAINST", "StaticDispatch", "install_static_dispatch"]
+
+CHECKED_AGAINST = {"fastapi": "0.165.0", "starlette": "1.10.0"}
+"""The releases whose private names this module and `app.web.estimate_routing` read."""
 
 _log = logging.getLogger("ridgeline")
 
@@ -60,7 +65,7 @@ class _Target:
     path_format: str
     app: ASGIApp
     """What answers: the route's `direct_app` for this context where it has one (an estimate
-    route: `app.estimates.routing`), else the context's handler."""
+    route: `app.web.estimate_routing`), else the context's handler."""
 
 
 class StaticDispatch:

@@ -13,15 +13,14 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, cast
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.catalog.representations import Representation, Representations, target_of
 from app.logs import REQUEST_ID
 from app.web.deps import not_modified
 from app.web.memo import ResponseMemo, raw_key
@@ -87,7 +86,23 @@ def replayed_receive(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def _send_kept(send: Send, kept: Representation, if_none_match: bytes | None) -> None:
+class KeptAnswer(Protocol):
+    """An answer the app sent and keeps (a catalog read: `app.catalog.representations`)."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def etag(self) -> str | None: ...
+    @property
+    def route(self) -> str: ...
+
+
+KeptAnswers = Callable[[str, bytes], KeptAnswer | None]
+"""The kept answer to a GET of (path, query string), or None: what `create_app` hands the
+middleware, so that the web layer reads no catalog of its own."""
+
+
+async def _send_kept(send: Send, kept: KeptAnswer, if_none_match: bytes | None) -> None:
     """A kept catalog answer as the route sends it: 200 with its ETag, or 304 while the
     client's `If-None-Match` names it."""
     headers = [(b"etag", kept.etag.encode())] if kept.etag is not None else []
@@ -123,11 +138,17 @@ MAX_TARGET_BYTES = 8192
 
 class ObservabilityMiddleware:
     def __init__(
-        self, app: ASGIApp, metrics: HttpMetrics, max_body_bytes: int, fastapi_app: FastAPI
+        self,
+        app: ASGIApp,
+        metrics: HttpMetrics,
+        max_body_bytes: int,
+        fastapi_app: FastAPI,
+        kept_answers: KeptAnswers | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.fastapi_app = fastapi_app
+        self.kept_answers = kept_answers
         self.request_log = RequestLog(metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -204,13 +225,12 @@ class ObservabilityMiddleware:
             scope["method"], scope["path"], status, template, elapsed_s, request_id
         )
 
-    def _kept(self, scope: Scope) -> Representation | None:
-        """A catalog read the app itself answered while nothing it depends on changed
-        (`app.catalog.representations`), to answer again before routing; else None."""
-        cache: Representations | None = getattr(self.fastapi_app.state, "representations", None)
-        if cache is None:
+    def _kept(self, scope: Scope) -> KeptAnswer | None:
+        """A read the app itself answered while nothing it depends on changed (`kept_answers`),
+        to answer again before routing; else None."""
+        if self.kept_answers is None:
             return None
-        return cache.get(target_of(scope["path"], scope["query_string"]))
+        return self.kept_answers(scope["path"], scope["query_string"])
 
     async def _memo_answer(
         self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send

@@ -231,3 +231,16 @@ def test_app_state_reads_as_plain_attributes_and_behaves_as_state(app: FastAPI) 
     with pytest.raises(AttributeError):
         _ = state.cache
     assert getattr(state, "cache", "missing") == "missing"
+
+
+def test_fastapi_and_starlette_are_the_releases_the_internals_were_checked_against() -> None:
+    """The fast paths read FastAPI's private routing names; on another release they may fall
+    back silently to FastAPI's routing (still correct, only slower). Moving the bounds in
+    pyproject.toml means checking them again and updating `CHECKED_AGAINST`."""
+    from importlib.metadata import version  # noqa: PLC0415
+
+    from app.web.dispatch import _INTERNALS, CHECKED_AGAINST  # noqa: PLC0415
+
+    for package, checked in CHECKED_AGAINST.items():
+        assert version(package).split(".")[:2] == checked.split(".")[:2], package
+    assert _INTERNALS

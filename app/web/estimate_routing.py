@@ -10,6 +10,10 @@ headers, so the route here parses the body once with the model's own JSON valida
 JSON, an invalid field, another content type), and any route with another shape, goes down
 FastAPI's generic path unchanged, so every error is the same problem+json as before; the
 route's OpenAPI document is FastAPI's own, from the same signature.
+
+It reads FastAPI's private `routing._effective_route_context_var` and its `Dependant` model,
+checked against the releases of `app.web.dispatch.CHECKED_AGAINST` (pyproject.toml bounds
+FastAPI and Starlette to them; tests/api/test_dispatch.py fails on another).
 """
 
 from __future__ import annotations

@@ -1,0 +1,175 @@
+"""Serving engines over HTTP: every route resolves `engine` the same way (one 422 for a release
+Ridgeline does not model), a named engine's own scheduler runs whether or not the GPU has its
+profile, the answer says what timed it, and a target's formats default to the checkpoint's on
+every route alike."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import AUTH
+
+FIXED_1K = {"p50": 1024, "p90": 1024, "p99": 1024}
+FIXED_128 = {"p50": 128, "p90": 128, "p99": 128}
+TARGET = {"model": "llama-3-8b", "gpu": "b200-sxm-180gb"}
+ROUTES: dict[str, dict[str, Any]] = {
+    "/v1/estimates/prefill": TARGET | {"prompt_tokens": 1024},
+    "/v1/estimates/decode": TARGET | {"batch_size": 8, "context_tokens": 1024},
+    "/v1/simulations": TARGET
+    | {
+        "workload": {
+            "requests_per_s": 2.0,
+            "num_requests": 50,
+            "prompt_tokens": FIXED_1K,
+            "output_tokens": FIXED_128,
+        }
+    },
+    "/v1/simulations/sweeps": TARGET
+    | {
+        "requests_per_s": [1.0, 2.0],
+        "workload": {"num_requests": 50, "prompt_tokens": FIXED_1K, "output_tokens": FIXED_128},
+    },
+    "/v1/capacity": TARGET
+    | {
+        "prompt_tokens": FIXED_1K,
+        "output_tokens": FIXED_128,
+        "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+        "probe_requests": 500,
+    },
+    "/v1/plans": {
+        "model": "llama-3-8b",
+        "traffic": {"requests_per_s": 2, "prompt_tokens": FIXED_1K, "output_tokens": FIXED_128},
+        "slo": {"ttft_p99_ms": 1000, "tpot_p99_ms": 50},
+        "gpus": ["b200-sxm-180gb"],
+        "tp_candidates": [1],
+        "probe_requests": 500,
+    },
+}
+
+
+@pytest.mark.parametrize("path", ROUTES)
+@pytest.mark.parametrize(
+    ("engine", "says"),
+    [
+        ("vllm@9.9", "vLLM 9.9 is newer than the newest release Ridgeline models"),
+        ("trtllm@0.0.1", "TensorRT-LLM 0.0.1 predates the releases Ridgeline models"),
+        ("sglang@nightly", "'nightly' is not a SGLang release"),
+        ("roofline@1.0", "the roofline has no versions"),
+    ],
+)
+def test_an_unknown_release_is_the_same_422_on_every_route(
+    client: TestClient, path: str, engine: str, says: str
+) -> None:
+    body = copy.deepcopy(ROUTES[path]) | {"engine": engine}
+    response = client.post(path, json=body, headers=AUTH)
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["errors"]
+    assert error["field"] == "engine"
+    assert says in error["message"]
+
+
+def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
+    client: TestClient,
+) -> None:
+    """The B200 has only a vLLM profile: TensorRT-LLM's scheduler (2,048 sequences, 8,192
+    tokens, no chunked prefill, whole prompts beside the decodes) is simulated, the steps timed
+    by the roofline, and the answer says so."""
+    body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "trtllm"}
+    answer = client.post("/v1/simulations", json=body).json()
+    assert answer["target"]["engine"] == "trtllm@1.3.0rc23"  # its newest release modelled
+    assert answer["target"]["basis"] == {
+        "all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"
+    }
+    assert answer["scheduler"] == {
+        "max_num_seqs": 2048,
+        "max_num_batched_tokens": 8192,
+        "enable_chunked_prefill": False,
+        "unchunked_policy": "mixed",
+        "long_prefill_token_threshold": 0,
+        "num_scheduler_steps": 1,
+    }
+    assert any("has no trtllm@1.3.0rc23 profile" in w for w in answer["warnings"])
+    # The same engine where it has a profile (the H100's): timed by it, no warning.
+    on_h100 = client.post("/v1/simulations", json=body | {"gpu": "h100-sxm5-80gb"}).json()
+    assert on_h100["target"]["engine"] == "trtllm@1.3.0rc20"
+    assert on_h100["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb trtllm@1.3.0rc20"
+    assert not any("profile" in w for w in on_h100["warnings"])
+
+
+def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
+    h100 = client.post("/v1/estimates/decode", json=ROUTES["/v1/estimates/decode"]).json()
+    assert h100["target"]["engine"] == "vllm@0.24.0"  # the B200's default profile
+    mi300x = client.post(
+        "/v1/estimates/decode", json=ROUTES["/v1/estimates/decode"] | {"gpu": "mi300x-192gb"}
+    ).json()
+    assert mi300x["target"]["engine"] == "roofline"  # no profile: Ridgeline's own scheduler
+
+
+def test_a_vllm_v0_release_runs_v0s_scheduler(client: TestClient) -> None:
+    """vLLM 0.6 (V0 by default) prefilled whole prompts in steps of their own: 256 sequences,
+    a budget of max(context, 2,048) tokens (Llama-3-8B: 8,192), chunked prefill off."""
+    body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "vllm@0.6.0"}
+    answer = client.post("/v1/simulations", json=body).json()
+    assert answer["scheduler"]["max_num_seqs"] == 256
+    assert answer["scheduler"]["max_num_batched_tokens"] == 8192
+    assert answer["scheduler"]["enable_chunked_prefill"] is False
+    assert answer["scheduler"]["unchunked_policy"] == "prefill_first"
+    given = body | {"scheduler": {"max_num_seqs": 64, "num_scheduler_steps": 4}}
+    answer = client.post("/v1/simulations", json=given).json()
+    assert (answer["scheduler"]["max_num_seqs"], answer["scheduler"]["num_scheduler_steps"]) == (
+        64,
+        4,
+    )
+
+
+def test_formats_default_to_the_checkpoint_as_plans_do(client: TestClient) -> None:
+    """DeepSeek-V3 is published in block-scaled FP8: an estimate that names no format is of that
+    checkpoint (its plan's default too), not of bf16 weights it would not fit."""
+    body = {"model": "deepseek-v3", "gpu": "h200-sxm-141gb", "tp": 8, "batch_size": 1}
+    answer = client.post("/v1/estimates/decode", json=body | {"context_tokens": 1024}).json()
+    assert (answer["target"]["weight_dtype"], answer["target"]["kv_dtype"]) == ("fp8-block", "bf16")
+    given = client.post(
+        "/v1/estimates/decode", json=body | {"context_tokens": 1024, "weight_dtype": "bf16"}
+    ).json()
+    assert given["target"]["weight_dtype"] == "bf16"
+    # Weights in fp8-block take about half the bytes of bf16 ones: decode reads them each step.
+    assert answer["bytes"]["weights"] == pytest.approx(given["bytes"]["weights"] / 2, rel=0.05)
+    llama = client.post("/v1/estimates/decode", json=ROUTES["/v1/estimates/decode"]).json()
+    assert (llama["target"]["weight_dtype"], llama["target"]["kv_dtype"]) == ("bf16", "bf16")
+
+
+# Another valid value of each field every estimate request shares (`TargetRequest`).
+OTHER_VALUE: dict[str, Any] = {
+    "model": "llama-3-70b",
+    "gpu": "h100-sxm5-80gb",
+    "efficiency": "ideal",
+    "engine": "sglang",
+    "tp": 2,
+    "pp": 2,
+    "dp": 2,
+    "ep": 2,
+    "expert_imbalance": 1.5,
+    "weight_dtype": "fp8",
+    "kv_dtype": "fp8",
+    "expert_dtype": "fp8",
+}
+
+
+def test_every_target_field_changes_the_kept_target_key() -> None:
+    """The estimate routes keep a request's target by a key derived from `TargetRequest`'s
+    fields: each field changes it (a field added there is keyed without a hand-kept list)."""
+    from app.estimates.schemas import DecodeRequest, _KnownTarget  # noqa: PLC0415
+    from app.targets.schemas import TargetRequest  # noqa: PLC0415
+
+    assert set(OTHER_VALUE) == set(TargetRequest.model_fields), "give the new field a value"
+    base = {"model": "llama-3-8b", "gpu": "b200-sxm-180gb", "batch_size": 8, "context_tokens": 64}
+    key = _KnownTarget.key_of(DecodeRequest.model_validate(base))
+    assert key is not None
+    for name, value in OTHER_VALUE.items():
+        changed = DecodeRequest.model_validate(base | {name: value})
+        assert _KnownTarget.key_of(changed) != key, name
+        assert changed.target_query() != DecodeRequest.model_validate(base).target_query(), name
