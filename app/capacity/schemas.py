@@ -74,17 +74,19 @@ class CapacityRequest(Input):
     efficiency: Literal["calibrated", "ideal"] = Field(
         default="calibrated", description="Time steps with the GPU's calibration, or ideally."
     )
-    max_num_seqs: int = Field(
-        default=256,
+    max_num_seqs: int | None = Field(
+        default=None,
         ge=1,
         le=65536,
-        description="Running sequences per data-parallel rank (lowered to chunk_tokens).",
+        description="Running sequences per data-parallel rank (lowered to chunk_tokens); "
+        "default: the engine's own on this GPU.",
     )
-    chunk_tokens: int = Field(
-        default=2048,
+    chunk_tokens: int | None = Field(
+        default=None,
         ge=1,
         le=2**24,
-        description="Prefill chunk: tokens per step, max_num_batched_tokens.",
+        description="Prefill chunk: tokens per step, max_num_batched_tokens; default: the "
+        "engine's own on this GPU.",
     )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use."
@@ -150,6 +152,16 @@ class CapacityResponse(BaseModel):
             "The engine whose behaviour was simulated, `name@version` (`vllm@0.24.0`), or "
             "`roofline`; `warnings` says when the roofline timed a named engine's steps."
         )
+    )
+    basis: dict[str, str] = Field(
+        description="What timed each op family: a profile (`profile <id>`) or the roofline."
+    )
+    max_num_seqs: int = Field(description="The batch cap simulated, per data-parallel rank.")
+    chunk_tokens: int = Field(description="The token budget simulated (max_num_batched_tokens).")
+    expected_error_pct: dict[str, float | None] = Field(
+        description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
+        "phase it comes from: how far to trust the figures. Null, with the reason in "
+        "`warnings`, where none is known."
     )
     warnings: list[str] = Field(
         default_factory=list, description="What the answer should be read with."

@@ -21,6 +21,7 @@ boundary the planner's probes see (a verdict monotone in the rate).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.engine.dtypes import DType
@@ -60,9 +61,11 @@ class ReplicaLayout:
     ep: int = 1
     weight_dtype: DType = DType.BF16
     kv_dtype: DType = DType.BF16
-    max_num_seqs: int = 256
-    """Per attention data-parallel rank; lowered to `chunk_tokens` as the planner does."""
-    chunk_tokens: int = 2048
+    max_num_seqs: int | None = None
+    """Per attention data-parallel rank; lowered to `chunk_tokens` as the planner does. None:
+    the engine's default on the GPU (`GpuOffer.default_scheduler`)."""
+    chunk_tokens: int | None = None
+    """None: the engine's default token budget."""
     gpu_memory_utilization: float = 0.9
     gpus_per_node: int = 8
 
@@ -97,6 +100,13 @@ class CapacityAnswer:
     simulations: int
     probe_requests: int
     reasons: tuple[str, ...]
+    max_num_seqs: int
+    """The scheduler simulated: its batch cap per rank and token budget."""
+    chunk_tokens: int
+    basis: dict[str, str]
+    """What timed each op family (`GpuOffer.basis`)."""
+    residual_pct: Mapping[str, float] | None
+    """The held-out errors of the profile that timed it, by op family (None: the roofline)."""
     """The screening's caveats (a KV-limited batch, ...)."""
 
 
@@ -128,11 +138,12 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
     layout = question.layout
     if not 0 < question.relative_tolerance < 1:
         raise SpecError("relative_tolerance", "must be in (0, 1)")
+    default = question.offer.default_scheduler(question.model)
     options = PlanOptions(
         tp_candidates=(layout.tp,),
         dtype_pairs=((layout.weight_dtype, layout.kv_dtype),),
-        max_num_seqs_candidates=(layout.max_num_seqs,),
-        chunk_tokens_candidates=(layout.chunk_tokens,),
+        max_num_seqs_candidates=(layout.max_num_seqs or default.max_num_seqs,),
+        chunk_tokens_candidates=(layout.chunk_tokens or default.max_num_batched_tokens,),
         headroom=0.0,
         gpus_per_node=layout.gpus_per_node,
         gpu_memory_utilization=layout.gpu_memory_utilization,
@@ -188,6 +199,10 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
         simulations=runner.simulations,
         probe_requests=len(sample),
         reasons=tuple(candidate.reasons),
+        max_num_seqs=candidate.scheduler.max_num_seqs,
+        chunk_tokens=candidate.scheduler.max_num_batched_tokens,
+        basis=question.offer.basis(candidate.timer),
+        residual_pct=profile.residual_pct if (profile := question.offer.profile) else None,
     )
 
 

@@ -32,7 +32,14 @@ from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
 from app.errors import spec_errors
 from app.simulations.service import length_distribution
 from app.targets.schemas import engine_query, model_query
-from app.targets.service import resolve_formats, resolve_model
+from app.targets.service import (
+    SIMULATED_METRICS,
+    EfficiencyMode,
+    error_statement,
+    expected_errors,
+    resolve_formats,
+    resolve_model,
+)
 
 __all__ = [
     "METRICS",
@@ -110,7 +117,13 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
     )
     with spec_errors():
         offer = GpuOffer(
-            resolved.gpu.spec, _PLACEHOLDER_PRICE, efficiency, profile, resolved.choice.engine
+            resolved.gpu.spec,
+            _PLACEHOLDER_PRICE,
+            efficiency,
+            profile,
+            resolved.choice.engine,
+            warnings=resolved.choice.warnings,
+            roofline_basis=resolved.choice.basis,
         )
         traffic = Traffic(
             requests_per_s=1.0,
@@ -206,6 +219,15 @@ def answer(
     if observed is not None:
         with spec_errors():
             replicas = replicas_for(observed, found.requests_per_s, body.headroom)
+    mode = EfficiencyMode(body.efficiency)
+    ref = resolved.choice.profile
+    errors, unknown = error_statement(
+        SIMULATED_METRICS,
+        expected_errors(mode, resolved.gpu.expected_error_pct, found.residual_pct, found.basis),
+        mode,
+        ref.id if ref is not None else None,
+        resolved.gpu.spec.id,
+    )
     return CapacityResponse(
         deployment=resolved.name,
         requests_per_s_per_replica=found.requests_per_s,
@@ -224,7 +246,11 @@ def answer(
         replicas=replicas,
         kv_capacity_tokens=found.kv_capacity_tokens,
         engine=resolved.engine,
-        warnings=list(resolved.choice.warnings),
+        basis=found.basis,
+        max_num_seqs=found.max_num_seqs,
+        chunk_tokens=found.chunk_tokens,
+        expected_error_pct=errors,
+        warnings=[*resolved.choice.warnings, *unknown],
         probe_requests=found.probe_requests,
         simulations=found.simulations,
         cached=cached,

@@ -126,11 +126,12 @@ class EstimateResponse(BaseModel):
     """What every estimate answer carries besides its figures."""
 
     target: TargetEcho = Field(description="What was estimated, resolved.")
-    expected_error_pct: dict[str, float] = Field(
+    expected_error_pct: dict[str, float | None] = Field(
         description=(
             "By phase (`prefill`, `decode`), the spread of this GPU's validation residuals "
-            "against stored benchmark runs: how far to trust the figures. Empty where no run "
-            "exists for the GPU and phase, or for ideal and custom efficiencies."
+            "against stored benchmark runs: how far to trust the figures. Null, with the "
+            "reason in `warnings`, where no run exists for the GPU and phase, or for ideal and "
+            "custom efficiencies."
         )
     )
     warnings: list[str] = Field(description="Allowed but unwise inputs, and what they cost.")

@@ -87,7 +87,7 @@ class Answer(NamedTuple, Generic[R]):
     frozen dataclass.)"""
 
     target: TargetEcho
-    expected_error_pct: dict[str, float]
+    expected_error_pct: dict[str, float | None]
     result: R
     warnings: tuple[str, ...] = ()
     """What the target itself warns of (an engine timed by the roofline), before the result's
@@ -225,7 +225,8 @@ def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
 
 def _answer(resolved: Resolved, result: R, *phases: str) -> Answer[R]:
     target = resolved.target
-    return Answer(resolved.echo, target.expected_error(*phases), result, target.warnings)
+    errors, unknown = target.error_statement({phase: phase for phase in phases})
+    return Answer(resolved.echo, errors, result, (*target.warnings, *unknown))
 
 
 def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:

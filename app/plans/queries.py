@@ -7,9 +7,7 @@ from dataclasses import dataclass, field
 
 from app.engine.dtypes import DType
 from app.engine.planning import (
-    DEFAULT_CHUNK_TOKENS,
     DEFAULT_CONFIRM_REQUESTS,
-    DEFAULT_MAX_NUM_SEQS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
 )
@@ -43,8 +41,10 @@ class PlanQuery:
     weight_dtypes: tuple[DType, ...] | None = None
     """None: the model's own format only."""
     kv_dtypes: tuple[DType, ...] | None = None
-    max_num_seqs: Sequence[int] = DEFAULT_MAX_NUM_SEQS
-    chunk_tokens: Sequence[int] = DEFAULT_CHUNK_TOKENS
+    max_num_seqs: Sequence[int] | None = None
+    """None: each GPU's engine's batch caps (`EnginePolicy.plan_schedulers`)."""
+    chunk_tokens: Sequence[int] | None = None
+    """None: each GPU's engine's token budgets."""
     headroom: float = 0.2
     gpus_per_node: int = 8
     efficiency: EfficiencyMode = EfficiencyMode.CALIBRATED

@@ -11,9 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.catalog.schemas import ModelArchitecture
 from app.engine.dtypes import DType
 from app.engine.planning import (
-    DEFAULT_CHUNK_TOKENS,
     DEFAULT_CONFIRM_REQUESTS,
-    DEFAULT_MAX_NUM_SEQS,
     DEFAULT_MAX_SIMULATED_STEPS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
@@ -180,17 +178,22 @@ class PlanRequest(Input):
         description="KV-cache formats to combine with every weight format; default: fp8 and "
         "fp16 weights with a cache of their own format, others with bf16.",
     )
-    max_num_seqs: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
-        default=list(DEFAULT_MAX_NUM_SEQS),
+    max_num_seqs: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
+        default=None,
         min_length=1,
         max_length=4,
-        description="max_num_seqs values to consider.",
+        description="max_num_seqs values to consider; default: each GPU's engine's own "
+        "(`engine`: vLLM V1 1024 on GPUs of 70 GiB and more but the A100, else 256; SGLang up "
+        "to 2048; TensorRT-LLM 2048; the roofline 256).",
     )
-    chunk_tokens: list[Annotated[int, Field(ge=1, le=2**24)]] = Field(
-        default=list(DEFAULT_CHUNK_TOKENS),
+    chunk_tokens: list[Annotated[int, Field(ge=1, le=2**24)]] | None = Field(
+        default=None,
         min_length=1,
         max_length=4,
-        description="Prefill chunk sizes (max_num_batched_tokens) to consider.",
+        description="Prefill chunk sizes (max_num_batched_tokens) to consider; default: each "
+        "GPU's engine's own budget and, where it chunks prompts, a quarter of it (at least "
+        "512), which keeps TPOT lower under load. TensorRT-LLM does not chunk by default: its "
+        "budget is the most prompt tokens a step takes whole.",
     )
     headroom: float = Field(
         default=0.2, ge=0, le=10, description="Spare capacity: replicas carry traffic x (1 + it)."
@@ -371,6 +374,26 @@ class CandidateRead(LayoutRead):
             "The model's checkpoint format when `weight_dtype` is smaller (a quantisation that "
             "changes output quality), else null."
         ),
+    )
+    engine: str | None = Field(
+        default=None,
+        description="The engine whose scheduler and CUDA graphs were simulated, "
+        "`name@version` (`trtllm@1.3.0rc23`), or `roofline`; null in plans stored before "
+        "answers named it.",
+    )
+    basis: dict[str, str] = Field(
+        default_factory=dict,
+        description="What timed each op family: a profile (`profile <id>`) or the roofline.",
+    )
+    expected_error_pct: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
+        "phase it comes from: how far to trust `predicted`. Null, with the reason in "
+        "`warnings`, where none is known (empty in plans stored before answers stated it).",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What to read the candidate with (an engine whose steps the roofline timed).",
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,14 @@ from app.simulations.service import (
     length_distribution,
     trace_from_rows,
 )
-from app.targets.service import EfficiencyMode, resolve_formats, resolve_model
+from app.targets.service import (
+    SIMULATED_METRICS,
+    EfficiencyMode,
+    error_statement,
+    expected_errors,
+    resolve_formats,
+    resolve_model,
+)
 
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
@@ -145,9 +152,10 @@ def problem_of(error: DomainError) -> dict[str, Any]:
 
 def _offers(
     session: Session, cache: SpecCache, query: PlanQuery
-) -> tuple[list[GpuOffer], dict[str, int]]:
-    """The candidate GPUs with their prices and the catalog versions read; 422 naming
-    `gpus[i]` for an unknown or unpriced GPU, `price_overrides.<id>` for an unknown override."""
+) -> tuple[list[GpuOffer], dict[str, int], dict[str, dict[str, float]]]:
+    """The candidate GPUs with their prices, the catalog versions read and each GPU's
+    validation residuals; 422 naming `gpus[i]` for an unknown or unpriced GPU,
+    `price_overrides.<id>` for an unknown override."""
     overrides = dict(query.price_overrides)
     for gpu_id in overrides:
         cache.gpu(gpu_id, f"price_overrides.{gpu_id}")  # 422 when the catalog has no such GPU
@@ -163,6 +171,7 @@ def _offers(
         ]
     offers: list[GpuOffer] = []
     versions: dict[str, int] = {}
+    errors: dict[str, dict[str, float]] = {}
     for i, gpu_id in enumerate(ids):
         name = f"gpus[{i}]"
         cached = cache.gpu(gpu_id, name)
@@ -178,12 +187,23 @@ def _offers(
             query.engine, cached.profiles, gpu=gpu_id, measured=efficiency is None
         )
         profile = cache.profile(choice.profile) if choice.profile is not None else None
-        offers.append(GpuOffer(cached.spec, price, efficiency, profile, choice.engine))
+        offers.append(
+            GpuOffer(
+                cached.spec,
+                price,
+                efficiency,
+                profile,
+                choice.engine,
+                warnings=choice.warnings,
+                roofline_basis=choice.basis,
+            )
+        )
         versions[cached.spec.id] = cached.version
+        errors[cached.spec.id] = dict(cached.expected_error_pct)
     if not offers:
         field_name = "gpus" if explicit else "price_overrides"
         raise InvalidInput.at(field_name, "no GPU with a price to plan on")
-    return offers, versions
+    return offers, versions, errors
 
 
 def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
@@ -191,6 +211,10 @@ def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType
     if query.kv_dtypes is None:
         return tuple(dict.fromkeys(resolve_formats(model, w, None) for w in weights))
     return tuple((w, kv) for w in weights for kv in query.kv_dtypes)
+
+
+def _given(values: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if values is None else tuple(values)
 
 
 def _traffic(query: PlanQuery, model: ModelSpec) -> Traffic:
@@ -240,6 +264,8 @@ class PlanJob:
     slo: Slo
     options: PlanOptions
     catalog_versions: dict[str, dict[str, int]]
+    gpu_errors: dict[str, dict[str, float]]
+    """Each GPU's validation residuals by phase (what its candidates' error statement reads)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +281,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
     """Resolve the model and the GPUs (with their prices) and check the request; 422 naming
     the field when something cannot be planned."""
     model, model_id, model_version = resolve_model(cache, query.model)
-    offers, gpu_versions = _offers(session, cache, query)
+    offers, gpu_versions, gpu_errors = _offers(session, cache, query)
     with spec_errors():
         slo = Slo(
             ttft_p99_ms=query.ttft_p99_ms,
@@ -265,8 +291,8 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
         options = PlanOptions(
             tp_candidates=tuple(query.tp_candidates),
             dtype_pairs=_dtype_pairs(query, model),
-            max_num_seqs_candidates=tuple(query.max_num_seqs),
-            chunk_tokens_candidates=tuple(query.chunk_tokens),
+            max_num_seqs_candidates=_given(query.max_num_seqs),
+            chunk_tokens_candidates=_given(query.chunk_tokens),
             headroom=query.headroom,
             gpus_per_node=query.gpus_per_node,
             gpu_memory_utilization=query.gpu_memory_utilization,
@@ -284,7 +310,9 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
         "gpus": gpu_versions,
         "models": {model_id: model_version} if model_version is not None else {},
     }
-    return PlanJob(query, model, model_id, tuple(offers), traffic, slo, options, versions)
+    return PlanJob(
+        query, model, model_id, tuple(offers), traffic, slo, options, versions, gpu_errors
+    )
 
 
 def compute_plan(job: PlanJob, progress: PlanProgress | None = None) -> ComputedPlan:
@@ -297,20 +325,21 @@ def compute_plan(job: PlanJob, progress: PlanProgress | None = None) -> Computed
         )
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
-        document=_document(plan, elapsed_ms),
+        document=_document(plan, elapsed_ms, job),
         summary=_summary(plan),
         demand_requests_per_s=plan.demand_requests_per_s,
     )
 
 
-def _document(plan: CapacityPlan, elapsed_ms: float) -> dict[str, Any]:
-    """The answer as stored: its candidates and the disaggregated option read from the
-    engine's results by attribute (`CandidateRead`, `DisaggregatedRead`: one definition)."""
+def _document(plan: CapacityPlan, elapsed_ms: float, job: PlanJob) -> dict[str, Any]:
+    """The answer as stored: its candidates (each with its error statement) and the
+    disaggregated option read from the engine's results by attribute (`CandidateRead`,
+    `DisaggregatedRead`: one definition)."""
     ranked = [c for c in plan.candidates if c.status is not CandidateStatus.PRUNED]
     pruned = [c for c in plan.candidates if c.status is CandidateStatus.PRUNED]
     return {
-        "plans": [_read(CandidateRead, c) for c in ranked],
-        "pruned": [_read(CandidateRead, c) for c in pruned],
+        "plans": [_candidate(c, job) for c in ranked],
+        "pruned": [_candidate(c, job) for c in pruned],
         "disaggregated": (
             _read(DisaggregatedRead, plan.disaggregated) if plan.disaggregated else None
         ),
@@ -322,6 +351,29 @@ def _document(plan: CapacityPlan, elapsed_ms: float) -> dict[str, Any]:
         "elapsed_ms": elapsed_ms,
         "notes": list(plan.notes) + _quantisation_notes(ranked),
     }
+
+
+def _candidate(candidate: CandidatePlan, job: PlanJob) -> dict[str, Any]:
+    """A candidate as stored, with how far to trust its latencies (`error_statement`)."""
+    offer = next(o for o in job.offers if o.id == candidate.gpu)
+    mode = job.query.efficiency
+    profile = offer.profile
+    errors, unknown = error_statement(
+        SIMULATED_METRICS,
+        expected_errors(
+            mode,
+            job.gpu_errors.get(offer.id, {}),
+            profile.residual_pct if profile is not None else None,
+            candidate.basis,
+        ),
+        mode,
+        profile.id if profile is not None else None,
+        offer.id,
+    )
+    read = _read(CandidateRead, candidate)
+    read["expected_error_pct"] = errors
+    read["warnings"] = [*read["warnings"], *unknown]
+    return read
 
 
 def _read(schema: type[BaseModel], result: object) -> dict[str, Any]:

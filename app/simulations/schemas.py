@@ -29,6 +29,7 @@ from app.simulations.service import (
 )
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
+from app.targets.service import SIMULATED_METRICS
 from app.web.schemas import Input, Lax, Output
 
 __all__ = [
@@ -651,6 +652,11 @@ class SimulationResponse(BaseModel):
     max_waiting_requests: int = Field(description="Longest queue.")
     max_running_requests: int = Field(description="Largest running batch.")
     queue: list[QueuePoint] = Field(description="The queue over the run, at most 200 samples.")
+    expected_error_pct: dict[str, float | None] = Field(
+        description="By metric (`ttft`, `tpot`), the spread of this GPU's validation residuals "
+        "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
+        "with the reason in `warnings`, where none is known."
+    )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."
     )
@@ -835,6 +841,11 @@ class SweepResponse(BaseModel):
         "when none is, or no SLO was given."
     )
     points: list[SweepPoint] = Field(description="One per load.")
+    expected_error_pct: dict[str, float | None] = Field(
+        description="By metric (`ttft`, `tpot`), the spread of this GPU's validation residuals "
+        "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
+        "with the reason in `warnings`, where none is known."
+    )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."
     )
@@ -877,6 +888,7 @@ class SweepResponse(BaseModel):
             for (rate, users, _), point in zip(loads, points, strict=True)
             if point.within_slo
         ]
+        errors, unknown = run.resolved.error_statement(SIMULATED_METRICS)
         return cls(
             target=TargetEcho.model_validate(run.resolved.echo(), from_attributes=True),
             scheduler=SchedulerUsed.model_validate(run.scheduler, from_attributes=True),
@@ -886,5 +898,6 @@ class SweepResponse(BaseModel):
             saturation_requests_per_s=run.saturation_requests_per_s,
             max_load_within_slo=max(passing) if passing else None,
             points=points,
-            warnings=list(run.resolved.warnings),
+            expected_error_pct=errors,
+            warnings=[*run.resolved.warnings, *unknown],
         )

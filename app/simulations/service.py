@@ -61,7 +61,13 @@ from app.engine.workload import (
     Trace,
 )
 from app.errors import InvalidInput, invalid_spec, spec_errors
-from app.targets.service import Target, TargetEcho, TargetQuery, resolve_target
+from app.targets.service import (
+    SIMULATED_METRICS,
+    Target,
+    TargetEcho,
+    TargetQuery,
+    resolve_target,
+)
 
 __all__ = [
     "ANONYMOUS_BUDGET",
@@ -119,8 +125,13 @@ class SimulationRun:
         return self.resolved.echo()
 
     @property
+    def expected_error_pct(self) -> dict[str, float | None]:
+        return self.resolved.error_statement(SIMULATED_METRICS)[0]
+
+    @property
     def warnings(self) -> list[str]:
-        return list(self.resolved.warnings)
+        unknown = self.resolved.error_statement(SIMULATED_METRICS)[1]
+        return [*self.resolved.warnings, *unknown]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.result, name)

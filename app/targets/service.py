@@ -1,8 +1,7 @@
 """What an estimate is about: a model on a GPU, deployed with a TP degree and formats, timed with an
 efficiency. Requests name the model and GPU by catalog id or give them inline; a `TargetQuery`
 carries either, typed, and `resolve_target` turns it, once, into the engine's specs and a
-`StepCostModel`. `Estimated` is an engine result beside the target it is about: what every
-estimate answer is built from.
+`StepCostModel`, and `Target.error_statement` says how far to trust what it answers.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from app.catalog.profiles import choose_engine
 from app.catalog.spec_cache import CachedGpu, SpecCache
@@ -33,12 +32,14 @@ from app.errors import spec_errors
 
 __all__ = [
     "INLINE",
+    "SIMULATED_METRICS",
     "EfficiencyMode",
-    "Estimated",
     "Layout",
     "Target",
     "TargetEcho",
     "TargetQuery",
+    "error_statement",
+    "expected_errors",
     "resolve_formats",
     "resolve_gpu_spec",
     "resolve_model",
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 INLINE = "inline"
-R = TypeVar("R")
 
 
 class EfficiencyMode(StrEnum):
@@ -223,32 +223,86 @@ class Target:
                 engine.version, self.gpu, self.model.max_context_tokens, **given
             )
 
-    def expected_error(self, *phases: str) -> dict[str, float]:
-        """The spread of validation residuals for these phases, where runs exist for the GPU."""
-        errors = self.expected_error_pct
-        return {phase: errors[phase] for phase in phases if phase in errors}
+    def error_statement(
+        self, metrics: Mapping[str, str]
+    ) -> tuple[dict[str, float | None], tuple[str, ...]]:
+        """How far to trust this target's answer (`error_statement`)."""
+        profile = self.cost.profile.id if isinstance(self.cost, ProfiledStepCost) else None
+        return error_statement(
+            metrics, self.expected_error_pct, self.efficiency_mode, profile, self.gpu_id
+        )
 
 
-@dataclass(frozen=True, slots=True)
-class Estimated(Generic[R]):
-    """An engine result and the target it is about. An answer schema reads it by attribute:
-    `target` and `expected_error_pct` from here, everything else from the result."""
+SIMULATED_METRICS = {"ttft": "prefill", "tpot": "decode"}
+"""A simulation's metrics and the phase whose validation residuals each is judged by."""
 
-    resolved: Target
-    result: R
-    phases: tuple[str, ...]
-    """The phases whose validation residuals say how far to trust it (`prefill`, `decode`)."""
 
-    @property
-    def target(self) -> TargetEcho:
-        return self.resolved.echo()
+def error_statement(
+    metrics: Mapping[str, str],
+    errors: Mapping[str, float],
+    mode: EfficiencyMode,
+    profile_id: str | None,
+    gpu_id: str,
+) -> tuple[dict[str, float | None], tuple[str, ...]]:
+    """How far to trust an answer's `metrics`, each mapped to the phase its figure comes from
+    (`SIMULATED_METRICS`; an estimate's metrics are its phases): the spread of that phase's
+    validation residuals in `errors`, or None where none is known, and one warning that says
+    why for those (an answer `mode` gives a bound rather than a prediction, a profile
+    `profile_id` without held-out errors, or no benchmark run of `gpu_id`). Every estimate,
+    simulation, capacity and plan answer states its error this one way."""
+    stated = {metric: errors.get(phase) for metric, phase in metrics.items()}
+    unknown = [metric for metric, error in stated.items() if error is None]
+    if not unknown:
+        return stated, ()
+    if mode is EfficiencyMode.IDEAL:
+        why = (
+            "an ideal-efficiency answer is a lower bound (datasheet peak, no overhead), not a "
+            "prediction"
+        )
+    elif mode is EfficiencyMode.CUSTOM:
+        why = "the efficiencies the request gives have not been validated against measurement"
+    elif profile_id is not None:
+        why = (
+            f"profile {profile_id} holds no held-out error for the op families these figures "
+            "come from"
+        )
+    else:
+        why = (
+            f"no stored benchmark run of GPU {gpu_id} validates the roofline's timing of them "
+            "(POST /v1/benchmark-runs with measurements of it states one)"
+        )
+    names = " and ".join(unknown)
+    return stated, (f"expected_error_pct {names} is null, the error unknown: {why}",)
 
-    @property
-    def expected_error_pct(self) -> dict[str, float]:
-        return self.resolved.expected_error(*self.phases)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.result, name)
+def expected_errors(
+    mode: EfficiencyMode,
+    gpu_errors: Mapping[str, float],
+    residuals: Mapping[str, float] | None,
+    basis: Mapping[str, str],
+) -> dict[str, float]:
+    """By phase, the expected error of an answer timed in `mode`: none for an ideal or custom
+    efficiency; timed by a profile, the RMS of its held-out interpolation errors (`residuals`,
+    by op family) over the families it timed (per `basis`); else the GPU's validation
+    residuals (`gpu_errors`)."""
+    if mode is not EfficiencyMode.CALIBRATED:
+        return {}
+    if residuals is None:
+        return dict(gpu_errors)
+    families = {
+        "prefill": ("gemm", "prefill_attention", "communication"),
+        "decode": ("gemm", "decode_attention", "communication"),
+    }
+    errors = {}
+    for phase, names in families.items():
+        used = [
+            residuals[name]
+            for name in names
+            if name in residuals and basis.get(name, "").startswith("profile")
+        ]
+        if used:
+            errors[phase] = round((sum(e * e for e in used) / len(used)) ** 0.5, 2)
+    return errors
 
 
 def resolve_model(cache: SpecCache, model: str | ModelSpec) -> tuple[ModelSpec, str, int | None]:
@@ -319,7 +373,9 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         chosen = cost.efficiency
         extras.pop("calibration_id", None)
         extras["basis"] = cost.basis
-        extras["expected_error_pct"] = _profile_error(cost)
+        extras["expected_error_pct"] = expected_errors(
+            mode, {}, cost.profile.residual_pct, cost.basis
+        )
     return Target(
         model=model_spec,
         gpu=gpu_spec,
@@ -361,22 +417,3 @@ class _Recent:
 
 
 _PROFILED = _Recent(256)
-
-
-def _profile_error(cost: ProfiledStepCost) -> dict[str, float]:
-    """Per phase, the RMS of the held-out interpolation errors of the op families it uses."""
-    residuals = cost.profile.residual_pct
-    families = {
-        "prefill": ("gemm", "prefill_attention", "communication"),
-        "decode": ("gemm", "decode_attention", "communication"),
-    }
-    errors = {}
-    for phase, names in families.items():
-        used = [
-            residuals[name]
-            for name in names
-            if name in residuals and cost.basis.get(name, "").startswith("profile")
-        ]
-        if used:
-            errors[phase] = round((sum(e * e for e in used) / len(used)) ** 0.5, 2)
-    return errors

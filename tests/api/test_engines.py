@@ -173,3 +173,110 @@ def test_every_target_field_changes_the_kept_target_key() -> None:
         changed = DecodeRequest.model_validate(base | {name: value})
         assert _KnownTarget.key_of(changed) != key, name
         assert changed.target_query() != DecodeRequest.model_validate(base).target_query(), name
+
+
+def _trtllm_plan(client: TestClient, full: bool) -> dict[str, Any]:
+    body = copy.deepcopy(ROUTES["/v1/plans"]) | {"engine": "trtllm"}
+    params = {"detail": "full"} if full else {}
+    response = client.post("/v1/plans", json=body, headers=AUTH, params=params)
+    assert response.status_code == 201, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_plan_simulates_the_engine_it_is_asked_for_and_says_so(
+    client: TestClient, full: bool
+) -> None:
+    """TensorRT-LLM on a B200 (no TensorRT-LLM profile there): every candidate runs its own
+    scheduler (2,048 sequences, 8,192 tokens, prompts whole: its 1.0 defaults), names the
+    release simulated and what timed it, and carries the warning the estimates carry."""
+    answer = _trtllm_plan(client, full)
+    candidates = answer["plans"] + (answer["pruned"] or [])
+    assert answer["plans"], answer
+    for candidate in candidates:
+        assert candidate["engine"] == "trtllm@1.3.0rc23"
+        assert candidate["basis"] == {"all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"}
+        assert any("has no trtllm@1.3.0rc23 profile" in w for w in candidate["warnings"])
+        if candidate["max_num_seqs"] is not None:
+            assert (candidate["max_num_seqs"], candidate["chunk_tokens"]) == (2048, 8192)
+        assert set(candidate["expected_error_pct"]) == {"ttft", "tpot"}
+
+
+def test_a_plan_tries_the_engines_budget_and_a_quarter_of_it(client: TestClient) -> None:
+    """vLLM V1 on a B200 (180 GB): `vllm serve` runs 1,024 sequences and 8,192 tokens a step;
+    the plan tries that and a quarter of the budget (2,048 tokens), both timed by the B200's
+    vLLM profile. The roofline keeps its own 256 sequences with 512 and 2,048 tokens."""
+    body = copy.deepcopy(ROUTES["/v1/plans"]) | {"engine": "vllm"}
+    response = client.post("/v1/plans", json=body, headers=AUTH, params={"detail": "full"})
+    assert response.status_code == 201, response.text
+    answer = response.json()
+    tried = {
+        (c["max_num_seqs"], c["chunk_tokens"])
+        for c in answer["plans"] + answer["pruned"]
+        if c["max_num_seqs"] is not None
+    }
+    assert tried == {(1024, 2048), (1024, 8192)}
+    best = answer["plans"][0]
+    assert best["engine"] == "vllm@0.24.0"
+    assert best["basis"]["gemm"].startswith("profile b200-sxm-180gb vllm@")
+    roofline = client.post(
+        "/v1/plans", json=body | {"engine": "roofline"}, headers=AUTH, params={"detail": "full"}
+    ).json()
+    tried = {
+        (c["max_num_seqs"], c["chunk_tokens"])
+        for c in roofline["plans"] + roofline["pruned"]
+        if c["max_num_seqs"] is not None
+    }
+    assert tried == {(256, 512), (256, 2048)}
+    given = client.post(
+        "/v1/plans",
+        json=body | {"chunk_tokens": [4096]},
+        headers=AUTH,
+        params={"detail": "full"},
+    ).json()
+    tried = {
+        (c["max_num_seqs"], c["chunk_tokens"])
+        for c in given["plans"] + given["pruned"]
+        if c["max_num_seqs"] is not None
+    }
+    assert tried == {(1024, 4096)}  # the engine's batch cap with the chunk asked for
+
+
+def test_capacity_runs_the_engines_scheduler_and_says_what_timed_it(client: TestClient) -> None:
+    body = copy.deepcopy(ROUTES["/v1/capacity"]) | {"engine": "trtllm"}
+    response = client.post("/v1/capacity", json=body, headers=AUTH)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["engine"] == "trtllm@1.3.0rc23"
+    assert (answer["max_num_seqs"], answer["chunk_tokens"]) == (2048, 8192)
+    assert answer["basis"] == {"all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"}
+    assert set(answer["expected_error_pct"]) == {"ttft", "tpot"}
+    given = client.post(
+        "/v1/capacity", json=body | {"max_num_seqs": 64, "chunk_tokens": 1024}, headers=AUTH
+    ).json()
+    assert (given["max_num_seqs"], given["chunk_tokens"]) == (64, 1024)
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_every_answer_states_its_error_or_why_not(client: TestClient, path: str) -> None:
+    """The MI300X has no profile and, on a fresh catalog, no benchmark run: every answer keys
+    its metrics with null and says why, never an empty object. An ideal efficiency is a bound,
+    and says that."""
+    body = copy.deepcopy(ROUTES[path])
+    if path == "/v1/plans":
+        body["gpus"] = ["mi300x-192gb"]
+    else:
+        body["gpu"] = "mi300x-192gb"
+    response = client.post(path, json=body, headers=AUTH)
+    assert response.status_code in (200, 201), response.text
+    answer = response.json()
+    stated = answer["plans"][0] if path == "/v1/plans" else answer
+    metrics = {"prefill"} if "prefill" in path else {"decode"} if "decode" in path else None
+    assert set(stated["expected_error_pct"]) == (metrics or {"ttft", "tpot"})
+    assert all(error is None for error in stated["expected_error_pct"].values())
+    (why,) = [w for w in stated["warnings"] if w.startswith("expected_error_pct")]
+    assert "no stored benchmark run of GPU mi300x-192gb" in why
+    if path.startswith("/v1/estimates"):
+        ideal = client.post(path, json=body | {"efficiency": "ideal"}).json()
+        assert "lower bound" in " ".join(ideal["warnings"])

@@ -20,6 +20,7 @@ PLAN: dict[str, Any] = {
     "gpus": ["h200-sxm-141gb"],
     "tp_candidates": [1, 2, 4, 8],
     "weight_dtypes": ["fp8-block"],
+    "max_num_seqs": [256],
     "chunk_tokens": [2048],
     "probe_requests": 500,
 }

@@ -2,10 +2,8 @@
 SLOs. `plan_capacity` is the entry point; see `app.engine.planning.planner` for the method."""
 
 from app.engine.planning.inputs import (
-    DEFAULT_CHUNK_TOKENS,
     DEFAULT_CONFIRM_REQUESTS,
     DEFAULT_DTYPE_PAIRS,
-    DEFAULT_MAX_NUM_SEQS,
     DEFAULT_MAX_SIMULATED_STEPS,
     DEFAULT_PROBE_REQUESTS,
     DEFAULT_TP_CANDIDATES,
@@ -28,10 +26,8 @@ from app.engine.planning.results import (
 )
 
 __all__ = [
-    "DEFAULT_CHUNK_TOKENS",
     "DEFAULT_CONFIRM_REQUESTS",
     "DEFAULT_DTYPE_PAIRS",
-    "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_MAX_SIMULATED_STEPS",
     "DEFAULT_PROBE_REQUESTS",
     "DEFAULT_TP_CANDIDATES",

@@ -8,7 +8,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from app.engine import memory
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
 from app.engine.profiles import Profile
@@ -19,10 +18,8 @@ from app.engine.step_cost import StepCostModel
 from app.engine.workload import LengthDistribution, Trace
 
 __all__ = [
-    "DEFAULT_CHUNK_TOKENS",
     "DEFAULT_CONFIRM_REQUESTS",
     "DEFAULT_DTYPE_PAIRS",
-    "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_MAX_SIMULATED_STEPS",
     "DEFAULT_PROBE_REQUESTS",
     "DEFAULT_TP_CANDIDATES",
@@ -39,8 +36,6 @@ __all__ = [
 DEFAULT_TP_CANDIDATES = (1, 2, 4, 8)
 DEFAULT_DTYPE_PAIRS = ((DType.BF16, DType.BF16), (DType.FP8, DType.FP8))
 """(weight format, KV-cache format) pairs: bf16 throughout, and fp8 weights with an fp8 cache."""
-DEFAULT_MAX_NUM_SEQS = (memory.DEFAULT_MAX_NUM_SEQS,)  # vLLM's default --max-num-seqs
-DEFAULT_CHUNK_TOKENS = (512, 2048)  # vLLM v0's chunked-prefill default (article A) and v1's
 DEFAULT_PROBE_REQUESTS = 3000
 """Requests per simulation probe. 30 of them lie above the p99: how many lie above the true p99
 is binomial, mean 30 and standard deviation 5.4, so for independent requests a probe's p99 would
@@ -146,6 +141,10 @@ class GpuOffer:
     engine: ServingEngine = ROOFLINE
     """The serving engine deployed on it, resolved: its scheduler is the base the candidates'
     batch caps and chunks go onto, its CUDA graphs pad the decode steps."""
+    warnings: tuple[str, ...] = ()
+    """What an answer planned on it says of the engine choice (an engine the roofline times)."""
+    roofline_basis: str = ROOFLINE.label
+    """What `basis` names where the roofline times the steps (`roofline`, or why it does)."""
 
     def __post_init__(self) -> None:
         _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)
@@ -160,15 +159,28 @@ class GpuOffer:
 
     def scheduler(self, model: ModelSpec, max_num_seqs: int, chunk_tokens: int) -> SchedulerConfig:
         """The engine's scheduler on this GPU with a candidate's batch cap and token budget."""
-        engine = self.engine
-        defaults = engine.policy.scheduler_defaults(
-            engine.version, self.gpu, model.max_context_tokens
-        )
+        defaults = self.default_scheduler(model)
         return replace(defaults, max_num_seqs=max_num_seqs, max_num_batched_tokens=chunk_tokens)
+
+    def default_scheduler(self, model: ModelSpec) -> SchedulerConfig:
+        """What the engine's scheduler runs on this GPU when nothing is set."""
+        engine = self.engine
+        return engine.policy.scheduler_defaults(engine.version, self.gpu, model.max_context_tokens)
+
+    def plan_schedulers(self, model: ModelSpec) -> tuple[SchedulerConfig, ...]:
+        """The schedulers a plan tries here when the request names none (the engine's)."""
+        engine = self.engine
+        return engine.policy.plan_schedulers(engine.version, self.gpu, model.max_context_tokens)
 
     def graph_sizes(self, tp: int) -> tuple[int, ...]:
         """The decode batches the engine captures CUDA graphs at, with `tp` GPUs a group."""
         return self.engine.policy.graph_sizes(self.engine.version, tp)
+
+    def basis(self, timer: object) -> dict[str, str]:
+        """What timed each op family of `timer` on this GPU: a profiled timer's own `basis`,
+        else the roofline for all."""
+        measured = getattr(timer, "basis", None)
+        return dict(measured) if measured is not None else {"all": self.roofline_basis}
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +189,7 @@ class PlanOptions:
 
     Every (GPU, tp, (weight, KV) formats, max_num_seqs, chunk) combination is a candidate; a
     `max_num_seqs` above the chunk is lowered to it (a chunked step must hold every decode).
+    Batch caps and chunks left None are each GPU's engine's (`GpuOffer.plan_schedulers`).
     `probe_requests` requests are simulated per probe, with `seed`; `max_plans` fully planned
     candidates are returned, the rest that cannot beat them are pruned unless `exhaustive`.
     A replica count found is confirmed with `confirm_requests` requests (0, or no more than
@@ -186,8 +199,8 @@ class PlanOptions:
 
     tp_candidates: tuple[int, ...] = DEFAULT_TP_CANDIDATES
     dtype_pairs: tuple[tuple[DType, DType], ...] = DEFAULT_DTYPE_PAIRS
-    max_num_seqs_candidates: tuple[int, ...] = DEFAULT_MAX_NUM_SEQS
-    chunk_tokens_candidates: tuple[int, ...] = DEFAULT_CHUNK_TOKENS
+    max_num_seqs_candidates: tuple[int, ...] | None = None
+    chunk_tokens_candidates: tuple[int, ...] | None = None
     headroom: float = 0.2
     gpus_per_node: int = 8
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
@@ -212,6 +225,8 @@ class PlanOptions:
             ("max_num_seqs_candidates", self.max_num_seqs_candidates),
             ("chunk_tokens_candidates", self.chunk_tokens_candidates),
         ):
+            if values is None:
+                continue
             if not values:
                 raise SpecError(name, "needs at least one value")
             for i, value in enumerate(values):

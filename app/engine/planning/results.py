@@ -3,7 +3,8 @@ disaggregated (separate prefill and decode pools) alternative."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.engine.dtypes import DType
@@ -98,6 +99,12 @@ class CandidatePlan:
     quantized_from: DType | None = None
     """The model's checkpoint format when `weight_dtype` is smaller: a quantisation, which
     changes output quality."""
+    engine: str = "roofline"
+    """The engine whose scheduler and CUDA graphs were simulated, `name@version`."""
+    basis: Mapping[str, str] = field(default_factory=lambda: {"all": "roofline"})
+    """What timed each op family (a profile, or the roofline)."""
+    warnings: tuple[str, ...] = ()
+    """What the candidate's answer should be read with (an engine the roofline timed)."""
 
     @property
     def feasible(self) -> bool:

@@ -91,6 +91,9 @@ class Candidate:
             kv_capacity_tokens=self.kv_capacity_tokens,
             analytic_max_requests_per_s_per_replica=finite(self.capacity_rps),
             cost_lower_bound_per_hour_usd=self.cost_bound,
+            engine=self.offer.engine.label,
+            basis=self.offer.basis(self.timer),
+            warnings=self.offer.warnings,
         )
 
 
@@ -127,6 +130,7 @@ def _infeasible(
     *,
     replication: float,
     scheduler: SchedulerConfig | None = None,
+    timer: StepTimer | None = None,
 ) -> CandidatePlan:
     return CandidatePlan(
         gpu=offer.id,
@@ -142,14 +146,25 @@ def _infeasible(
         price_per_gpu_hour_usd=offer.price_per_gpu_hour_usd,
         reasons=(reason,),
         kv_head_replication=replication,
+        engine=offer.engine.label,
+        basis=offer.basis(timer),
+        warnings=offer.warnings,
     )
 
 
 def _schedulers(model: ModelSpec, offer: GpuOffer, options: PlanOptions) -> list[SchedulerConfig]:
-    """The candidates' schedulers on `offer`: its engine's, with each batch cap and chunk."""
+    """The candidates' schedulers on `offer`: its engine's, with each batch cap and chunk asked
+    for; where the options leave batch caps or chunks out, the engine's own
+    (`GpuOffer.plan_schedulers`)."""
+    given_seqs, given_chunks = options.max_num_seqs_candidates, options.chunk_tokens_candidates
+    engines = offer.plan_schedulers(model)
+    if given_seqs is None and given_chunks is None:
+        return list(engines)
+    all_seqs = given_seqs or tuple(dict.fromkeys(s.max_num_seqs for s in engines))
+    chunks = given_chunks or tuple(dict.fromkeys(s.max_num_batched_tokens for s in engines))
     seen: dict[tuple[int, int], SchedulerConfig] = {}
-    for seqs in options.max_num_seqs_candidates:
-        for chunk in options.chunk_tokens_candidates:
+    for seqs in all_seqs:
+        for chunk in chunks:
             # A chunked step holds every running decode: max_num_seqs <= the chunk (vLLM).
             key = (min(seqs, chunk), chunk)
             if key not in seen:
@@ -330,7 +345,12 @@ def screen(
             if why is not None:
                 infeasible.append(
                     _infeasible(
-                        offer, deployment, why, replication=replication, scheduler=scheduler
+                        offer,
+                        deployment,
+                        why,
+                        replication=replication,
+                        scheduler=scheduler,
+                        timer=timer,
                     )
                 )
                 continue
