@@ -32,7 +32,7 @@ def test_model_schemas_are_the_spec() -> None:
     assert set(MoeFields.model_fields) == set(spec_fields(MoeSpec))
     assert set(MlaFields.model_fields) == set(spec_fields(MlaSpec))
     # A run records what ran, not how the weights were published.
-    published = {"checkpoint_dtype", "expert_checkpoint_dtype"}
+    published = {"checkpoint_dtype", "expert_checkpoint_dtype", "checkpoint_kv_dtype"}
     assert set(RunModelSpec.model_fields) == set(spec_fields(ModelSpec)) - published
 
 

@@ -64,7 +64,8 @@ class CapacityRequest(Input):
     )
     kv_dtype: Format | None = Field(
         default=None,
-        description="KV-cache format; default: the weights' (fp8 beside fp8, else bf16).",
+        description="KV-cache format; default: what the engine serves the weights with (as "
+        "`kv_dtype` of estimates).",
     )
     engine: str | None = Field(
         default=None,

@@ -114,6 +114,7 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
         resolved.model,
         None if body.weight_dtype is None else DType(body.weight_dtype),
         None if body.kv_dtype is None else DType(body.kv_dtype),
+        resolved.choice.engine,
     )
     with spec_errors():
         offer = GpuOffer(

@@ -288,6 +288,13 @@ class ModelSpec:
         "(gpt-oss: mxfp4 experts, bf16 attention); null: the same.",
         default=None,
     )
+    checkpoint_kv_dtype: DType | None = spec_field(
+        "The KV-cache format the checkpoint's quantisation config declares, with its scales "
+        "(ModelOpt's `kv_cache_quant_algo`, compressed-tensors' `kv_cache_scheme`: fp8 in "
+        "NVIDIA's FP8 and NVFP4 checkpoints); null: none. Engines that read it serve that "
+        "cache by default when the checkpoint's own weights are served.",
+        default=None,
+    )
     id: str = "inline"
 
     def __post_init__(self) -> None:

@@ -213,6 +213,7 @@ MAPPED_FIELDS = (
     "mtp_layers",
     "checkpoint_dtype",
     "expert_checkpoint_dtype",
+    "checkpoint_kv_dtype",
 )
 """The `ModelSpec` fields `parse_hf_config` sets."""
 
@@ -221,6 +222,10 @@ MAPPED_FIELDS = (
 # is served in 16 bits (vLLM's dtype=auto for Gemma does bf16).
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16", "half": "fp16"}
 _QUANT_METHODS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "mxfp4", "modelopt_fp4": "nvfp4"}
+_MODELOPT_ALGOS = {"fp8": "fp8", "nvfp4": "nvfp4"}
+"""ModelOpt's `quant_algo` (NVIDIA's checkpoints: `quant_method` `modelopt`) as a format."""
+_KV_ALGOS = {"fp8": "fp8", "int8": "int8"}
+"""ModelOpt's `kv_cache_quant_algo` as a KV-cache format."""
 
 
 def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
@@ -232,6 +237,9 @@ def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
         method = str(quantization.get("quant_method", "")).lower()
         if method == "fp8" and quantization.get("weight_block_size"):
             return "fp8-block"
+        algo = str(quantization.get("quant_algo", "")).lower()
+        if method == "modelopt" and algo in _MODELOPT_ALGOS:
+            return _MODELOPT_ALGOS[algo]
         if method in _QUANT_METHODS:
             return _QUANT_METHODS[method]
         bits = quantization.get("bits") or quantization.get("w_bit")
@@ -239,6 +247,25 @@ def _checkpoint_dtype(config: Mapping[str, Any]) -> str:
             return "int4" if bits == 4 else "int8"
     declared = config.get("torch_dtype", config.get("dtype"))
     return _TORCH_DTYPES.get(str(declared).lower(), "bf16")
+
+
+def _checkpoint_kv_dtype(config: Mapping[str, Any]) -> str | None:
+    """The KV-cache format a checkpoint's quantisation config declares: ModelOpt's
+    `kv_cache_quant_algo` (`FP8` in NVIDIA's FP8 and NVFP4 exports), or a compressed-tensors
+    `kv_cache_scheme` of 8-bit floats (int: int8); None when it declares none."""
+    quantization = config.get("quantization_config")
+    if not isinstance(quantization, Mapping):
+        return None
+    nested = quantization.get("quantization")  # hf_quant_config.json's layout, kept as is
+    if isinstance(nested, Mapping):
+        quantization = nested
+    algo = quantization.get("kv_cache_quant_algo")
+    if isinstance(algo, str):
+        return _KV_ALGOS.get(algo.lower())
+    scheme = quantization.get("kv_cache_scheme")
+    if isinstance(scheme, Mapping) and scheme.get("num_bits") == 8:
+        return "int8" if str(scheme.get("type", "float")).lower() == "int" else "fp8"
+    return None
 
 
 def _checkpoint_formats(config: Mapping[str, Any]) -> dict[str, str | None]:
@@ -255,8 +282,13 @@ def _checkpoint_formats(config: Mapping[str, Any]) -> dict[str, str | None]:
         return {
             "checkpoint_dtype": _TORCH_DTYPES.get(str(declared).lower(), "bf16"),
             "expert_checkpoint_dtype": quantised,
+            "checkpoint_kv_dtype": _checkpoint_kv_dtype(config),
         }
-    return {"checkpoint_dtype": quantised, "expert_checkpoint_dtype": None}
+    return {
+        "checkpoint_dtype": quantised,
+        "expert_checkpoint_dtype": None,
+        "checkpoint_kv_dtype": _checkpoint_kv_dtype(config),
+    }
 
 
 def _unmodelled(config: Mapping[str, Any], arch: _Architecture) -> tuple[str, ...]:

@@ -203,7 +203,7 @@ class RunMlaSpec(_RunSpec):
     ModelSpec,
     caps=False,
     examples=False,
-    exclude=("id", "checkpoint_dtype", "expert_checkpoint_dtype"),
+    exclude=("id", "checkpoint_dtype", "expert_checkpoint_dtype", "checkpoint_kv_dtype"),
     nested={MoeSpec: RunMoeSpec, MlaSpec: RunMlaSpec},
 )
 class RunModelSpec(_RunSpec):

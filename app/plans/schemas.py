@@ -175,8 +175,9 @@ class PlanRequest(Input):
         default=None,
         min_length=1,
         max_length=6,
-        description="KV-cache formats to combine with every weight format; default: fp8 and "
-        "fp16 weights with a cache of their own format, others with bf16.",
+        description="KV-cache formats to combine with every weight format; default: what each "
+        "GPU's engine serves those weights with (`kv_dtype` of estimates: the checkpoint's "
+        "declared KV format where the engine reads it, else the 16-bit compute dtype).",
     )
     max_num_seqs: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
         default=None,

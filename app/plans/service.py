@@ -56,7 +56,6 @@ from app.targets.service import (
     EfficiencyMode,
     error_statement,
     expected_errors,
-    resolve_formats,
     resolve_model,
 )
 
@@ -206,11 +205,12 @@ def _offers(
     return offers, versions, errors
 
 
-def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType], ...]:
+def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType | None], ...]:
+    """(weights, KV cache) pairs to plan: a KV format None is each GPU's engine's default for
+    those weights (`GpuOffer.kv_dtype`)."""
     weights = query.weight_dtypes or (model.checkpoint_dtype,)
-    if query.kv_dtypes is None:
-        return tuple(dict.fromkeys(resolve_formats(model, w, None) for w in weights))
-    return tuple((w, kv) for w in weights for kv in query.kv_dtypes)
+    kv_dtypes = query.kv_dtypes or (None,)
+    return tuple((w, kv) for w in dict.fromkeys(weights) for kv in kv_dtypes)
 
 
 def _given(values: Sequence[int] | None) -> tuple[int, ...] | None:

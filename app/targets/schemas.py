@@ -90,8 +90,11 @@ class DeploymentFields(Input):
     kv_dtype: Format | None = Field(
         default=None,
         description=(
-            "KV-cache format. Default: the format the weights are served with (fp8 beside fp8 "
-            "weights, fp16 beside fp16, else bf16)."
+            "KV-cache format. Default: what the engine serves the weights with "
+            "(`--kv-cache-dtype auto`): the format the checkpoint's quantisation config "
+            "declares (`checkpoint_kv_dtype`, e.g. fp8 in NVIDIA's NVFP4 checkpoints) where the "
+            "engine reads it and the checkpoint's own weights are served, else the 16-bit "
+            "compute dtype (bf16 beside fp8 weights, fp16 beside fp16)."
         ),
     )
     expert_dtype: Format | None = Field(

@@ -55,19 +55,21 @@ class EfficiencyMode(StrEnum):
     CUSTOM = "custom"  # efficiencies given in the request
 
 
-_NATURAL_KV = {DType.FP16: DType.FP16, DType.FP8: DType.FP8}
-"""The KV format each weight format is served with unless one is given (else bf16)."""
-
-
 def resolve_formats(
-    model: ModelSpec | None, weight_dtype: DType | None, kv_dtype: DType | None
+    model: ModelSpec | None,
+    weight_dtype: DType | None,
+    kv_dtype: DType | None,
+    engine: ServingEngine = ROOFLINE,
 ) -> tuple[DType, DType]:
     """(weights, KV cache) of a deployment whose request may leave either out: the weights are
-    the model's checkpoint's (`checkpoint_dtype`; bf16 without a model), the KV cache the format
-    those weights are served with (fp8 beside fp8, fp16 beside fp16, else bf16). The one
+    the model's checkpoint's (`checkpoint_dtype`; bf16 without a model), the KV cache what
+    `engine` serves those weights with by default (`EnginePolicy.kv_dtype`: the checkpoint's
+    declared KV scheme where the engine reads it, else the 16-bit compute dtype). The one
     resolution of formats every route uses (estimates, simulations, capacity, plans)."""
     weights = weight_dtype or (model.checkpoint_dtype if model is not None else DType.BF16)
-    return weights, kv_dtype or _NATURAL_KV.get(weights, DType.BF16)
+    if kv_dtype is not None:
+        return weights, kv_dtype
+    return weights, engine.policy.kv_dtype(engine.version, model, weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +92,10 @@ class Layout:
             return self
         return replace(self, tp=1, pp=1, dp=1, ep=1, expert_imbalance=None)
 
-    def deployment(self, model: ModelSpec | None) -> Deployment:
-        """The engine's deployment of `model`; a 422 naming the field when it is impossible."""
-        weights, kv = resolve_formats(model, self.weight_dtype, self.kv_dtype)
+    def deployment(self, model: ModelSpec | None, engine: ServingEngine = ROOFLINE) -> Deployment:
+        """The deployment of `model` under `engine` (whose defaults complete the formats); a
+        422 naming the field when it is impossible."""
+        weights, kv = resolve_formats(model, self.weight_dtype, self.kv_dtype, engine)
         with spec_errors():
             return Deployment(
                 tp=self.tp,
@@ -328,7 +331,6 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     (a tp the heads cannot take, a format the GPU cannot compute in)."""
     model_spec, model_id, model_version = resolve_model(cache, query.model)
     gpu_spec, gpu_id, cached = resolve_gpu_spec(cache, query.gpu)
-    deployment = query.deployment.deployment(model_spec)
     extras: dict[str, Any] = {}
     if cached is not None:
         extras = {
@@ -353,6 +355,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         measured=mode is EfficiencyMode.CALIBRATED,
     )
     extras["engine"] = choice.engine
+    deployment = query.deployment.deployment(model_spec, choice.engine)
     graphs = (
         ()
         if mode is EfficiencyMode.IDEAL

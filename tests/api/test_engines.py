@@ -280,3 +280,87 @@ def test_every_answer_states_its_error_or_why_not(client: TestClient, path: str)
     if path.startswith("/v1/estimates"):
         ideal = client.post(path, json=body | {"efficiency": "ideal"}).json()
         assert "lower bound" in " ".join(ideal["warnings"])
+
+
+ENGINES = ["vllm", "sglang", "trtllm", "roofline"]
+LLAMA_31_8B_NVFP4: dict[str, Any] = {
+    # nvidia/Llama-3.1-8B-Instruct-FP4 as its quantisation config declares it (ModelOpt NVFP4
+    # weights, an FP8 KV cache with scales): Llama-3.1-8B's shape, NVFP4 weights.
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 14336,
+    "ffn_type": "gated",
+    "vocab_size": 128256,
+    "max_context_tokens": 131072,
+    "checkpoint_dtype": "nvfp4",
+    "checkpoint_kv_dtype": "fp8",
+}
+
+
+def _kv_of(client: TestClient, body: dict[str, Any]) -> tuple[str, str]:
+    request = {"gpu": "b200-sxm-180gb", "batch_size": 1, "context_tokens": 1024} | body
+    response = client.post("/v1/estimates/decode", json=request)
+    assert response.status_code == 200, response.text
+    target = response.json()["target"]
+    return target["weight_dtype"], target["kv_dtype"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_kv_cache_is_16_bit_beside_fp8_weights_on_every_engine(
+    client: TestClient, engine: str
+) -> None:
+    """`--kv-cache-dtype auto` is the model's compute dtype (vLLM's CacheConfig.cache_dtype,
+    SGLang's configure_kv_cache_dtype, TensorRT-LLM's KvCacheConfig.dtype): fp8 weights do not
+    make an fp8 cache. DeepSeek-V3 keeps a 70,272-byte latent a token (61 x 576 x 2), not
+    35,136."""
+    for weights in (None, "fp8", "fp8-block"):
+        body: dict[str, Any] = {"model": "deepseek-v3", "tp": 8, "engine": engine}
+        if weights is not None:
+            body["weight_dtype"] = weights
+        assert _kv_of(client, body) == (weights or "fp8-block", "bf16")
+    llama = {"model": "llama-3.1-8b", "weight_dtype": "fp8", "engine": engine}
+    assert _kv_of(client, llama) == ("fp8", "bf16")
+    sixteen = {"model": "llama-3.1-8b", "weight_dtype": "fp16", "engine": engine}
+    assert _kv_of(client, sixteen) == ("fp16", "fp16")
+    asked = llama | {"kv_dtype": "fp8"}
+    assert _kv_of(client, asked) == ("fp8", "fp8")
+
+
+def test_deepseek_latent_bytes_follow_the_kv_format(client: TestClient) -> None:
+    body = {
+        "model": "deepseek-v3",
+        "gpu": "h200-sxm-141gb",
+        "tp": 8,
+        "weight_dtype": "fp8",
+        "batch_size": 1,
+        "context_tokens": 1000,
+        "engine": "vllm",
+    }
+    bf16 = client.post("/v1/estimates/decode", json=body).json()
+    fp8 = client.post("/v1/estimates/decode", json=body | {"kv_dtype": "fp8"}).json()
+    # One sequence of 1,000 tokens and the new one: each of the 8 GPUs reads the whole latent
+    # (MLA's cache is not split by tp), 61 layers x 576 values a token, 2 bytes each in bf16.
+    assert bf16["bytes"]["kv_cache"] == 8 * 1001 * 61 * 576 * 2 == 562_738_176
+    assert fp8["bytes"]["kv_cache"] == 8 * 1001 * 61 * 576
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv"),
+    [
+        ("vllm", "fp8"),  # 0.14.0 and later read the checkpoint's scheme (vllm#30785)
+        ("vllm@0.10.0", "bf16"),  # earlier: auto is the model's dtype whatever it declares
+        ("sglang", "fp8"),
+        ("trtllm", "fp8"),
+        ("roofline", "fp8"),
+    ],
+)
+def test_a_checkpoint_that_declares_an_fp8_cache_gets_it_where_the_engine_reads_it(
+    client: TestClient, engine: str, kv: str
+) -> None:
+    body = {"model": LLAMA_31_8B_NVFP4, "engine": engine}
+    assert _kv_of(client, body) == ("nvfp4", kv)
+    # Serving other weights than the checkpoint's is another checkpoint: no declared scheme.
+    assert _kv_of(client, body | {"weight_dtype": "bf16"}) == ("bf16", "bf16")

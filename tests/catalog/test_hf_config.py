@@ -277,6 +277,30 @@ def test_checkpoint_format_from_torch_dtype_or_quantisation() -> None:
     assert parse_hf_config(awq).spec.checkpoint_dtype == "int4"
 
 
+def test_the_kv_cache_format_a_checkpoint_declares() -> None:
+    """ModelOpt exports (NVIDIA's FP8 and NVFP4 checkpoints) declare their KV cache: in
+    config.json as a compressed-tensors style `kv_cache_scheme`, in hf_quant_config.json's layout
+    as `kv_cache_quant_algo`. A checkpoint that declares none (DeepSeek-V3's block FP8) has
+    none."""
+    base = _config("llama-3-8b")
+    modelopt = {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "ignore": ["lm_head"],
+        "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+    }
+    spec = parse_hf_config(base | {"quantization_config": modelopt}).spec
+    assert (spec.checkpoint_dtype, spec.checkpoint_kv_dtype) == ("nvfp4", "fp8")
+    legacy = {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}
+    spec = parse_hf_config(base | {"quantization_config": legacy}).spec
+    assert spec.checkpoint_kv_dtype == "fp8"
+    fp8_weights_only = modelopt | {"quant_algo": "FP8", "kv_cache_scheme": None}
+    spec = parse_hf_config(base | {"quantization_config": fp8_weights_only}).spec
+    assert (spec.checkpoint_dtype, spec.checkpoint_kv_dtype) == ("fp8", None)
+    assert parse_hf_config(_config("deepseek-v3")).spec.checkpoint_kv_dtype is None
+    assert parse_hf_config(base).spec.checkpoint_kv_dtype is None
+
+
 def test_sliding_windows_per_architecture() -> None:
     """Mistral: every layer; Gemma 2: the even layers; Gemma 3: all but every 6th; gpt-oss:
     its `layer_types`; Llama 4: the RoPE layers, chunked; Qwen2: none while

@@ -34,7 +34,10 @@ __all__ = [
 ]
 
 DEFAULT_TP_CANDIDATES = (1, 2, 4, 8)
-DEFAULT_DTYPE_PAIRS = ((DType.BF16, DType.BF16), (DType.FP8, DType.FP8))
+DEFAULT_DTYPE_PAIRS: tuple[tuple[DType, DType | None], ...] = (
+    (DType.BF16, DType.BF16),
+    (DType.FP8, DType.FP8),
+)
 """(weight format, KV-cache format) pairs: bf16 throughout, and fp8 weights with an fp8 cache."""
 DEFAULT_PROBE_REQUESTS = 3000
 """Requests per simulation probe. 30 of them lie above the p99: how many lie above the true p99
@@ -172,6 +175,10 @@ class GpuOffer:
         engine = self.engine
         return engine.policy.plan_schedulers(engine.version, self.gpu, model.max_context_tokens)
 
+    def kv_dtype(self, model: ModelSpec, weights: DType) -> DType:
+        """The KV-cache format the engine serves `weights` of `model` with by default."""
+        return self.engine.policy.kv_dtype(self.engine.version, model, weights)
+
     def graph_sizes(self, tp: int) -> tuple[int, ...]:
         """The decode batches the engine captures CUDA graphs at, with `tp` GPUs a group."""
         return self.engine.policy.graph_sizes(self.engine.version, tp)
@@ -198,7 +205,9 @@ class PlanOptions:
     """
 
     tp_candidates: tuple[int, ...] = DEFAULT_TP_CANDIDATES
-    dtype_pairs: tuple[tuple[DType, DType], ...] = DEFAULT_DTYPE_PAIRS
+    dtype_pairs: tuple[tuple[DType, DType | None], ...] = DEFAULT_DTYPE_PAIRS
+    """(weights, KV cache) formats; a KV format None is each GPU's engine's default for those
+    weights (`GpuOffer.kv_dtype`)."""
     max_num_seqs_candidates: tuple[int, ...] | None = None
     chunk_tokens_candidates: tuple[int, ...] | None = None
     headroom: float = 0.2

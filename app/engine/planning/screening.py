@@ -309,7 +309,13 @@ def screen(
         for offer in offers
         for weight_dtype, kv_dtype in options.dtype_pairs
         for layout in layouts(
-            model, offer, Deployment(weight_dtype=weight_dtype, kv_dtype=kv_dtype), options
+            model,
+            offer,
+            Deployment(
+                weight_dtype=weight_dtype,
+                kv_dtype=kv_dtype or offer.kv_dtype(model, weight_dtype),
+            ),
+            options,
         )
     ]
     count = sum(len(schedulers[id(offer)]) for offer, _ in deployments)

@@ -11,8 +11,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from app.engine.dtypes import DType
 from app.engine.simulation.config import SchedulerConfig
-from app.engine.specs import GpuSpec, SpecError
+from app.engine.specs import GpuSpec, ModelSpec, SpecError
 
 __all__ = ["PLAN_MIN_CHUNK_TOKENS", "DefaultOverhead", "EngineName", "EnginePolicy", "release"]
 
@@ -90,6 +91,27 @@ class EnginePolicy:
         """What the engine's scheduler runs on `gpu` when nothing is set (for a model of
         `context_tokens` context)."""
         return SchedulerConfig()
+
+    def reads_checkpoint_kv(self, version: str | None) -> bool:
+        """Whether this version's default KV cache (`--kv-cache-dtype auto`) takes the format
+        the checkpoint's quantisation config declares (`ModelSpec.checkpoint_kv_dtype`)."""
+        return True
+
+    def kv_dtype(self, version: str | None, model: ModelSpec | None, weights: DType) -> DType:
+        """The KV-cache format the engine serves `model`'s `weights` with when none is asked
+        for (`--kv-cache-dtype auto`): the one the checkpoint's quantisation config declares,
+        where the checkpoint's own weights are served and this version reads it; else the
+        model's compute dtype, 16-bit whatever the weights (fp16 beside fp16 weights, else
+        bf16: fp8 and fp4 weights compute in bf16)."""
+        declared = model.checkpoint_kv_dtype if model is not None else None
+        if (
+            declared is not None
+            and model is not None
+            and weights is model.checkpoint_dtype
+            and self.reads_checkpoint_kv(version)
+        ):
+            return declared
+        return DType.FP16 if weights is DType.FP16 else DType.BF16
 
     def plan_schedulers(
         self, version: str | None, gpu: GpuSpec, context_tokens: int

@@ -7,6 +7,10 @@
   at most the chunk.
 - CUDA graphs at `[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512,
   max + 1, 32)` with `cuda_graph_max_bs` 256 on 80-160 GB GPUs below tp 4 and 512 from tp 4.
+- The KV cache (`--kv-cache-dtype auto`, `ModelRunner.configure_kv_cache_dtype` in
+  python/sglang/srt/model_executor/model_runner.py): fp8 (e4m3) where the checkpoint's
+  quantisation config declares `kv_cache_quant_algo` FP8, else the model's dtype (bf16 beside
+  fp8 and fp8-block weights).
 - No multi-step scheduling; its overlap scheduler hides most CPU work (the overhead below is an
   assumption until calibrated).
 

@@ -2,7 +2,9 @@
 (`BuildConfig`, the PyTorch backend's `LlmArgs`): `max_num_tokens` 8192 and `max_batch_size`
 2048; chunked prefill off, whole prompts joining the running decodes in one step
 (`UnchunkedPolicy.MIXED`); CUDA-graph padding off by default, so a batch runs at its own size;
-no multi-step scheduling. Its overhead is an assumption until calibrated.
+no multi-step scheduling. Its KV cache (`KvCacheConfig.dtype` "auto", tensorrt_llm/llmapi/
+llm_args.py) takes the checkpoint's `QuantConfig.kv_cache_quant_algo` (FP8 in NVIDIA's FP8 and
+NVFP4 exports), else the model's dtype. Its overhead is an assumption until calibrated.
 
 Releases modelled: 0.1.0 to the 1.3 series (aiconfigurator-core 0.12.0 holds measurements of
 1.0.0, 1.3.0rc20 and 1.3.0rc23).

@@ -14,6 +14,11 @@ by release.
 - Multi-step scheduling (`--num-scheduler-steps`) is V0's: added by vllm-project/vllm#7000
   (first released in 0.6.0), removed with V0's multi-step code by vllm-project/vllm#22138
   (after 0.10.0). From 0.8 it makes vLLM fall back to V0 (`_is_v1_supported_oracle`).
+- The KV cache (`--kv-cache-dtype auto`, `CacheConfig.cache_dtype` in vllm/config/cache.py:
+  "If auto, will use model data type"): bf16 for bf16, fp8 and fp8-block weights alike. From
+  0.14.0 `auto` takes the format a checkpoint's quantisation config declares (ModelOpt's
+  `kv_cache_quant_algo` in hf_quant_config.json: vllm-project/vllm#30785, merged 2025-12-16;
+  Ridgeline applies it from the first minor release after the merge).
 - The overhead outside the kernels: aiconfigurator-core 0.12.0's vLLM backend charges 0.8 ms a
   layer of CPU-side prefill dispatch per request (`_prefill_dispatch_overhead_ms`); the step
   and per-sequence costs are assumptions until calibrated.
@@ -35,6 +40,9 @@ __all__ = ["MULTI_STEP_RELEASES", "VllmPolicy"]
 
 MULTI_STEP_RELEASES = ("0.6.0", "0.10.0")
 """The first and last vLLM releases with `--num-scheduler-steps` (see the module docstring)."""
+CHECKPOINT_KV = Version("0.14.0")
+"""The first release (by Ridgeline's reading) whose `--kv-cache-dtype auto` follows the
+checkpoint's declared KV scheme (vllm-project/vllm#30785)."""
 V1_DEFAULT = Version("0.8.0")
 """The first release whose default engine is V1."""
 LONG_CONTEXT_TOKENS = 32 * 1024
@@ -68,6 +76,10 @@ class VllmPolicy(EnginePolicy):
         """Whether `version` runs the V0 engine by default (a release before 0.8)."""
         found = None if version is None else release(version)
         return found is not None and found < V1_DEFAULT
+
+    def reads_checkpoint_kv(self, version: str | None) -> bool:
+        found = None if version is None else release(version)
+        return found is None or found >= CHECKPOINT_KV
 
     def scheduler_defaults(
         self, version: str | None, gpu: GpuSpec, context_tokens: int
