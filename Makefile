@@ -64,6 +64,7 @@ run: $(VENV)/.installed .dev-api-key
 		$(BIN)/ridgeline serve --host $(HOST) --port $(PORT)
 
 lint: $(VENV)/.installed-dev
+	$(BIN)/python scripts/check_tree.py
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 

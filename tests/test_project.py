@@ -110,3 +110,21 @@ def test_only_the_job_imports_the_job(repo_root: Path) -> None:
         if re.search(r"^\s*(from|import) app\.bench\b", path.read_text(), re.M)
     ]
     assert not importers
+
+
+def test_the_tree_check_finds_stray_files() -> None:
+    """`make test` runs scripts/check_tree.py (in `lint`): it would have caught the file a
+    mistyped redirection once left in the root, and passes on the repository as it is."""
+    from tests.scripts import load_script  # noqa: PLC0415
+
+    check_tree = load_script("check_tree")
+    stray = "hat setup.py compiled (app.engine._native)#"
+    (problem,) = check_tree.problems(["README.md", "app/main.py", stray])
+    assert stray in problem
+    (problem,) = check_tree.problems(["notes.txt"])
+    assert problem.startswith("'notes.txt': not one of the root's files")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert check_tree.problems(p for p in listed.stdout.split("\0") if p) == []
+    assert "scripts/check_tree.py" in (ROOT / "Makefile").read_text()
