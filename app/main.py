@@ -102,7 +102,9 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         )
         watch_expected_errors(session_factory)  # and refreshes the GPU's expected error
         app.state.spec_cache = spec_cache
-        app.state.response_memo = ResponseMemo(settings.response_memo_entries)
+        app.state.response_memo = ResponseMemo(
+            settings.response_memo_entries, settings.response_memo_mib * 1024 * 1024
+        )
         # Thread-pool work here is CPU-bound Python (ORM reads, plans): more threads than a few
         # only fight over the GIL. Starlette's default is 40.
         to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads

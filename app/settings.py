@@ -59,6 +59,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Estimate answers remembered for repeated identical requests (0: none).",
     )
+    response_memo_mib: int = Field(
+        default=32,
+        ge=1,
+        description="Bytes those answers may take, with their keys and bodies, in MiB.",
+    )
     worker_threads: int = Field(
         default=8,
         ge=1,

@@ -408,8 +408,20 @@ class StepCostModel:
 
     def communication_seconds(self, load: StepLoad) -> float:
         """The all-reduces, expert exchanges and stage hand-offs of one step
-        (`breakdown(load).communication_s`)."""
-        return self._record(load).communication_s
+        (`breakdown(load).communication_s`), from the step's token counts alone as `_step`
+        derives them: a data-parallel rank's share of the tokens, and the replica's (a
+        decode-only step's padded to its CUDA graph without data parallelism)."""
+        prefill_tokens, decode_seqs = float(load.prefill_tokens), float(load.decode_seqs)
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        replica_tokens = tokens
+        if self.dp > 1:
+            share = 1.0 / self.dp
+            tokens = prefill_tokens * share + decode_seqs * share
+        elif self.graph_sizes and not prefill_tokens:
+            replica_tokens = self.graph_rows(decode_seqs)
+        return self.communication.seconds(tokens, replica_tokens)
 
     def sum_seconds(self, first: StepLoad, step: StepLoad, count: int) -> float:
         """Sum of `seconds(first + j * step)` for j in 0..count-1.

@@ -370,7 +370,13 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
             key = (model_spec, cached.spec_key, deployment, choice.profile.id)
             cost = _PROFILED.get(key) or _PROFILED.put(
                 key,
-                ProfiledStepCost(model_spec, gpu_spec, deployment, cache.profile(choice.profile)),
+                ProfiledStepCost(
+                    model_spec,
+                    gpu_spec,
+                    deployment,
+                    cache.profile(choice.profile),
+                    memo_entries=PROFILED_MEMO_ENTRIES,
+                ),
             )
     if isinstance(cost, ProfiledStepCost):
         chosen = cost.efficiency
@@ -419,4 +425,11 @@ class _Recent:
         return cost
 
 
-_PROFILED = _Recent(256)
+PROFILED_TIMERS_KEPT = 64
+"""Profiled timers the estimate path keeps built (one per model, GPU, layout and profile)."""
+PROFILED_MEMO_ENTRIES = 1024
+"""Shapes each measured op class of a kept timer remembers (up to 7 a timer): an estimate asks a
+handful of shapes, and a repeated request is answered from the response memo before it. Budget:
+64 timers x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the timers
+themselves (docs/performance.md measures the whole)."""
+_PROFILED = _Recent(PROFILED_TIMERS_KEPT)

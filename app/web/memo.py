@@ -11,7 +11,9 @@ The same answer is also kept under the request exactly as it arrived (path, quer
 Accept and body bytes, bodies up to `MAX_RAW_BODY_BYTES`), with the catalog ids it named: the
 middleware answers a byte-identical repeat from there before routing, parsing or validating it
 (`app.web.middleware`), after checking that those ids' generations are still the ones used.
-Only the event loop touches the memo, so it needs no lock.
+Only the event loop touches the memo, so it needs no lock. It is bounded by entries and by bytes
+(`max_bytes`: the answers, keys and raw bodies it holds, each side counted in full), the least
+recently used going first.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-__all__ = ["MAX_RAW_BODY_BYTES", "RawKey", "ResponseMemo", "raw_key"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_RAW_BODY_BYTES", "RawKey", "ResponseMemo", "raw_key"]
 
 MemoKey = tuple[str, str, tuple[int, int]]
 RawKey = tuple[str, bytes, bytes, bytes, bytes]
@@ -28,6 +30,10 @@ RawKey = tuple[str, bytes, bytes, bytes, bytes]
 Generations = Callable[..., tuple[int, int] | None]
 
 MAX_RAW_BODY_BYTES = 8192
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+"""The memo's byte budget: half for answers under validated keys, half under raw keys."""
+_ENTRY_BYTES = 200
+"""What an entry costs beyond its bytes: the key tuple, the dict slot, the objects' headers."""
 """Longer bodies are remembered only under their validated key (a raw key that size would cost
 more memory than parsing it again costs time)."""
 
@@ -43,9 +49,21 @@ def raw_key(scope: MutableMapping[str, Any], headers: dict[bytes, bytes], body: 
     )
 
 
+def _answer_bytes(key: MemoKey, answer: bytes) -> int:
+    return len(key[0]) + len(key[1]) + len(answer) + _ENTRY_BYTES
+
+
+def _raw_bytes(key: RawKey, answer: bytes) -> int:
+    return sum(len(part) for part in key) + len(answer) + 2 * _ENTRY_BYTES
+
+
 class ResponseMemo:
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_entries: int = 4096, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._max_entries = max_entries
+        self._max_bytes = max_bytes // 2
+        """Each side's budget (answers under validated keys, answers under raw keys)."""
+        self.answer_bytes = 0
+        self.raw_bytes = 0
         self._answers: OrderedDict[MemoKey, bytes] = OrderedDict()
         self._raw: OrderedDict[RawKey, tuple[dict[str, object], tuple[int, int], bytes]] = (
             OrderedDict()
@@ -69,10 +87,18 @@ class ResponseMemo:
     def put(self, key: MemoKey, answer: bytes) -> None:
         if self._max_entries == 0:
             return
-        self._answers[key] = answer
-        self._answers.move_to_end(key)
-        while len(self._answers) > self._max_entries:
-            self._answers.popitem(last=False)
+        answers = self._answers
+        old = answers.get(key)
+        if old is not None:
+            self.answer_bytes -= _answer_bytes(key, old)
+        answers[key] = answer
+        answers.move_to_end(key)
+        self.answer_bytes += _answer_bytes(key, answer)
+        while len(answers) > self._max_entries or (
+            self.answer_bytes > self._max_bytes and len(answers) > 1
+        ):
+            dropped, gone = answers.popitem(last=False)
+            self.answer_bytes -= _answer_bytes(dropped, gone)
 
     def get_raw(self, key: RawKey, generations: Generations) -> bytes | None:
         """The answer sent to a request byte-identical to `key`, while the generations of the
@@ -83,6 +109,7 @@ class ResponseMemo:
         refs, made_from, answer = found
         if generations(**refs) != made_from:
             del self._raw[key]
+            self.raw_bytes -= _raw_bytes(key, answer)
             return None
         self._raw.move_to_end(key)
         self.raw_hits += 1
@@ -94,10 +121,16 @@ class ResponseMemo:
         if self._max_entries == 0 or len(key[4]) > MAX_RAW_BODY_BYTES:
             return
         self.raw_paths.add(key[0])
-        self._raw[key] = (refs, made_from, answer)
-        self._raw.move_to_end(key)
-        while len(self._raw) > self._max_entries:
-            self._raw.popitem(last=False)
+        raw = self._raw
+        old = raw.get(key)
+        if old is not None:
+            self.raw_bytes -= _raw_bytes(key, old[2])
+        raw[key] = (refs, made_from, answer)
+        raw.move_to_end(key)
+        self.raw_bytes += _raw_bytes(key, answer)
+        while len(raw) > self._max_entries or (self.raw_bytes > self._max_bytes and len(raw) > 1):
+            dropped, (_, _, gone) = raw.popitem(last=False)
+            self.raw_bytes -= _raw_bytes(dropped, gone)
 
     @property
     def enabled(self) -> bool:

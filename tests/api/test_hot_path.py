@@ -96,6 +96,29 @@ def test_a_notification_drops_the_entry_unless_it_is_this_process_own() -> None:
 # the raw memo
 
 
+def test_the_memo_keeps_within_its_bytes() -> None:
+    """Answers of 1,000 bytes under a budget of 10,000 (5,000 a side): the newest fit, the
+    oldest go first, and the count of bytes held is exact after replacements and drops."""
+    memo = ResponseMemo(max_entries=1000, max_bytes=10_000)
+    scope: dict[str, Any] = {"path": "/v1/estimates/prefill", "query_string": b""}
+    for i in range(20):
+        answer = bytes(1000)
+        memo.put(("/p", f"body {i}", (1, 1)), answer)
+        memo.put_raw(raw_key(scope, {}, f"{i}".encode()), {}, (1, 1), answer)
+        assert memo.answer_bytes <= 5_000 and memo.raw_bytes <= 5_000
+    assert len(memo) == 5_000 // (1000 + 6 + len("body 19") + 200)  # 4 answers fit
+    assert memo.get(("/p", "body 19", (1, 1))) is not None
+    assert memo.get(("/p", "body 0", (1, 1))) is None
+    memo.put(("/p", "body 19", (1, 1)), bytes(10))  # replaced by a smaller one
+    held = sum(
+        len(key[0]) + len(key[1]) + len(answer) + 200 for key, answer in memo._answers.items()
+    )
+    assert memo.answer_bytes == held
+    one = ResponseMemo(max_entries=10, max_bytes=100)
+    one.put(("/p", "b", (1, 1)), bytes(1000))  # larger than the budget: kept alone
+    assert len(one) == 1
+
+
 def test_a_raw_answer_lives_only_while_its_entries_generations_do() -> None:
     memo = ResponseMemo(max_entries=8)
     scope: dict[str, Any] = {"path": "/v1/estimates/prefill", "query_string": b""}

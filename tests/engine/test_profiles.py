@@ -237,3 +237,27 @@ def test_time_totals_of_a_profiled_step_are_its_breakdown_summed() -> None:
             step.total_s,
         )
         assert totals.bound is step.bound
+
+
+def test_a_kept_timer_remembers_at_most_its_memo_entries_and_times_the_same() -> None:
+    """The estimate path keeps timers for many requests with small memos
+    (`memo_entries`): no memo grows past it, and a shape it no longer remembers is timed
+    exactly as an unbounded timer times it."""
+    small = ProfiledStepCost(MODEL, GPU, Deployment(), profile(), memo_entries=16)
+    full = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    loads = [decode_load(b, c) for b in (1, 3, 8, 30) for c in range(100, 4000, 97)]
+    loads += [prefill_load(n) for n in range(64, 4096, 61)]
+    for load in loads:
+        assert small.seconds(load) == full.seconds(load)
+    ops: tuple[object, ...] = (
+        small.qkv,
+        small.o,
+        small.ffn,
+        small.lm_head,
+        small.decode_attention,
+        small.prefill_attention,
+    )
+    memos: list[dict[object, float]] = [op.memo for op in ops]  # type: ignore[attr-defined]
+    assert all(len(memo) <= 16 for memo in memos)
+    assert max(len(memo) for memo in memos) == 16
+    assert len(full.decode_attention.memo) > 16  # type: ignore[attr-defined]

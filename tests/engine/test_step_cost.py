@@ -108,6 +108,23 @@ loads = st.builds(
 )
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    load=loads,
+    layout=st.sampled_from([(1, 1, 1), (2, 1, 1), (2, 2, 4), (1, 4, 4), (1, 8, 8)]),
+    graphs=st.sampled_from([(), (1, 2, 4, 8, 16, 32, 64, 128, 256)]),
+)
+def test_communication_alone_is_the_steps(
+    load: StepLoad, layout: tuple[int, int, int], graphs: tuple[int, ...]
+) -> None:
+    """`communication_seconds` computes the communication family only (what TP feasibility asks
+    twice per layout), and it is exactly the step's: with data parallelism, expert exchanges
+    and CUDA-graph padding of decode-only steps."""
+    tp, dp, ep = layout
+    cost = StepCostModel(MIXTRAL, H100, Deployment(tp=tp, dp=dp, ep=ep), CALIBRATED, graphs)
+    assert cost.communication_seconds(load) == cost.breakdown(load).communication_s
+
+
 @settings(max_examples=200, deadline=None)
 @given(load=loads, tp=st.sampled_from([1, 2, 8, 16]))
 def test_seconds_equals_breakdown_total(load: StepLoad, tp: int) -> None:

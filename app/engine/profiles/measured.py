@@ -4,7 +4,9 @@ or table where it covers the shape and is the roofline family it extends where i
 A measured op class reports the roofline's split of compute and memory, scaled so that the
 larger one is the measured time (`bound_side`): the breakdown keeps the roofline's bound.
 Every time read from a table is remembered by its (rounded) shape, so a simulation pays the
-look-up once per shape; each memo holds at most `MEMO_ENTRIES`.
+look-up once per shape; each memo holds at most `memo_entries` (`MEMO_ENTRIES` by default: what
+a simulation in a heavy-work process uses; the estimate path's timers, kept in the server for
+many requests, take fewer: `app.targets.service`).
 
 Compiled with mypyc with the step (setup.py).
 """
@@ -34,6 +36,8 @@ __all__ = [
 ]
 
 MEMO_ENTRIES = 1 << 16
+"""Shapes one memo remembers by default: some 7-11 MB a memo when full (a float key about 100
+bytes an entry, a (float, int) key about 160)."""
 _MS = 1e-3
 _UNMEASURED = -1.0
 """A memo's mark for a shape the table does not cover (the roofline times it)."""
@@ -50,13 +54,14 @@ def attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
     return None if one is None else one * parts
 
 
-def _read(curve: Curve, memo: dict[float, float], x: float) -> float:
-    """The curve's seconds at `x`, remembered; `_UNMEASURED` beyond what it covers."""
+def _read(curve: Curve, memo: dict[float, float], x: float, limit: int) -> float:
+    """The curve's seconds at `x`, remembered while `memo` holds fewer than `limit`;
+    `_UNMEASURED` beyond what it covers."""
     seconds = memo.get(x)
     if seconds is None:
         found = curve.at(x)
         seconds = _UNMEASURED if found is None else found
-        if len(memo) < MEMO_ENTRIES:
+        if len(memo) < limit:
             memo[x] = seconds
     return seconds
 
@@ -72,7 +77,7 @@ def _measured(compute_s: float, memory_s: float, seconds: float) -> tuple[float,
 class MeasuredLinear(LinearOp):
     """A GEMM op class read from its curve over rows (all layers, seconds)."""
 
-    def __init__(self, roofline: LinearOp, curve: Curve) -> None:
+    def __init__(self, roofline: LinearOp, curve: Curve, memo_entries: int = MEMO_ENTRIES) -> None:
         super().__init__(
             roofline.op_class,
             roofline.compute_s_per_row,
@@ -81,17 +86,18 @@ class MeasuredLinear(LinearOp):
         )
         self.curve = curve
         self.memo: dict[float, float] = {}
+        self.memo_entries = memo_entries
 
     def parts(self, rows: float) -> tuple[float, float]:
         compute_s, memory_s = LinearOp.parts(self, rows)
-        return _measured(compute_s, memory_s, _read(self.curve, self.memo, rows))
+        return _measured(compute_s, memory_s, _read(self.curve, self.memo, rows, self.memo_entries))
 
 
 class MeasuredExperts(Experts):
     """The routed experts read from the fused-MoE curve of the layer shape over the replica's
     tokens (all MoE layers, seconds); the shared experts are not in the tables."""
 
-    def __init__(self, roofline: Experts, curve: Curve) -> None:
+    def __init__(self, roofline: Experts, curve: Curve, memo_entries: int = MEMO_ENTRIES) -> None:
         super().__init__(
             roofline.compute_s_per_token,
             roofline.expert_weights_s,
@@ -104,10 +110,13 @@ class MeasuredExperts(Experts):
         )
         self.curve = curve
         self.memo: dict[float, float] = {}
+        self.memo_entries = memo_entries
 
     def parts(self, tokens: float) -> tuple[float, float]:
         compute_s, memory_s = Experts.parts(self, tokens)
-        return _measured(compute_s, memory_s, _read(self.curve, self.memo, tokens))
+        return _measured(
+            compute_s, memory_s, _read(self.curve, self.memo, tokens, self.memo_entries)
+        )
 
 
 class MeasuredPrefillAttention(PrefillAttention):
@@ -117,7 +126,12 @@ class MeasuredPrefillAttention(PrefillAttention):
     work being linear in the pairs whatever split of cached and new tokens makes them."""
 
     def __init__(
-        self, roofline: PrefillAttention, grid: Grid, head_scale: float, layers: int
+        self,
+        roofline: PrefillAttention,
+        grid: Grid,
+        head_scale: float,
+        layers: int,
+        memo_entries: int = MEMO_ENTRIES,
     ) -> None:
         super().__init__(
             roofline.compute_s_per_pair,
@@ -130,6 +144,7 @@ class MeasuredPrefillAttention(PrefillAttention):
         self.head_scale = head_scale
         self.layers = layers
         self.memo: dict[tuple[float, int], float] = {}
+        self.memo_entries = memo_entries
 
     def parts(
         self, tokens: float, chunks: float, pairs: float, kv_tokens: float
@@ -143,7 +158,7 @@ class MeasuredPrefillAttention(PrefillAttention):
         if seconds is None:
             found = attention_ms(self.grid, chunks * self.head_scale, length)
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
-            if len(self.memo) < MEMO_ENTRIES:
+            if len(self.memo) < self.memo_entries:
                 self.memo[key] = seconds
         return _measured(compute_s, memory_s, seconds)
 
@@ -153,7 +168,12 @@ class MeasuredDecodeAttention(DecodeAttention):
     token."""
 
     def __init__(
-        self, roofline: DecodeAttention, grid: Grid, head_scale: float, layers: int
+        self,
+        roofline: DecodeAttention,
+        grid: Grid,
+        head_scale: float,
+        layers: int,
+        memo_entries: int = MEMO_ENTRIES,
     ) -> None:
         super().__init__(
             roofline.compute_s_per_context_token,
@@ -166,6 +186,7 @@ class MeasuredDecodeAttention(DecodeAttention):
         self.head_scale = head_scale
         self.layers = layers
         self.memo: dict[tuple[float, int], float] = {}
+        self.memo_entries = memo_entries
 
     def parts(self, sequences: float, context_tokens: float) -> tuple[float, float]:
         compute_s, memory_s = DecodeAttention.parts(self, sequences, context_tokens)
@@ -175,7 +196,7 @@ class MeasuredDecodeAttention(DecodeAttention):
         if seconds is None:
             found = attention_ms(self.grid, sequences * self.head_scale, mean)
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
-            if len(self.memo) < MEMO_ENTRIES:
+            if len(self.memo) < self.memo_entries:
                 self.memo[key] = seconds
         return _measured(compute_s, memory_s, seconds)
 

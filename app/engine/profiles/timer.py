@@ -35,6 +35,7 @@ from app.engine.dtypes import DType
 from app.engine.ops import Overhead
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.measured import (
+    MEMO_ENTRIES,
     MeasuredCommunication,
     MeasuredDecodeAttention,
     MeasuredExperts,
@@ -88,6 +89,8 @@ class ProfiledStepCost(StepCostModel):
         deployment: Deployment | None,
         profile: Profile,
         efficiency: Efficiency | None = None,
+        *,
+        memo_entries: int = MEMO_ENTRIES,
     ) -> None:
         deployment = deployment or Deployment()
         super().__init__(
@@ -98,6 +101,8 @@ class ProfiledStepCost(StepCostModel):
             policy_of(profile.engine).graph_sizes(profile.version, deployment.tp),
         )
         self.profile = profile
+        self.memo_entries = memo_entries
+        """Shapes each of its measured op classes remembers (`measured.MEMO_ENTRIES`)."""
         self.given_efficiency = efficiency
         # MLA's projections and attention kernels are not the GQA shapes the tables hold: the
         # roofline fitted to the profile times them.
@@ -107,7 +112,7 @@ class ProfiledStepCost(StepCostModel):
             measured.add(OpFamily.GEMM)
         experts = _moe_curve(model, deployment, profile)
         if experts is not None:
-            self.experts = MeasuredExperts(self.experts, experts)
+            self.experts = MeasuredExperts(self.experts, experts, memo_entries)
             measured.add(OpFamily.MOE)
         if not mla:
             measured |= self._measure_attention()
@@ -136,10 +141,10 @@ class ProfiledStepCost(StepCostModel):
                 )
                 o = _curve(ms, [_layered(gemm, m, d, heads * h, layers) for m in ms])
                 if qkv is not None:
-                    self.qkv = MeasuredLinear(self.qkv, qkv)
+                    self.qkv = MeasuredLinear(self.qkv, qkv, self.memo_entries)
                     curves += 1
                 if o is not None:
-                    self.o = MeasuredLinear(self.o, o)
+                    self.o = MeasuredLinear(self.o, o, self.memo_entries)
                     curves += 1
             if dense_layers and self.has_ffn:
                 width = model.intermediate_size / tp
@@ -155,13 +160,13 @@ class ProfiledStepCost(StepCostModel):
                     ],
                 )
                 if ffn is not None:
-                    self.ffn = MeasuredLinear(self.ffn, ffn)
+                    self.ffn = MeasuredLinear(self.ffn, ffn, self.memo_entries)
         activation_gemm = profile.gemm.get(deployment.activation_dtype)
         if activation_gemm is not None:
             ms = activation_gemm.axes[0]
             lm = _curve(ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms])
             if lm is not None:
-                self.lm_head = MeasuredLinear(self.lm_head, lm)
+                self.lm_head = MeasuredLinear(self.lm_head, lm, self.memo_entries)
                 curves += 1
         return curves == 3
 
@@ -179,14 +184,14 @@ class ProfiledStepCost(StepCostModel):
         if prefill is not None:
             grid, scale = prefill
             self.prefill_attention = MeasuredPrefillAttention(
-                self.prefill_attention, grid, scale, layers
+                self.prefill_attention, grid, scale, layers, self.memo_entries
             )
             measured.add(OpFamily.PREFILL_ATTENTION)
         decode = self.profile.attention(False, kv_dtype, heads, kv_heads, h)
         if decode is not None:
             grid, scale = decode
             self.decode_attention = MeasuredDecodeAttention(
-                self.decode_attention, grid, scale, layers
+                self.decode_attention, grid, scale, layers, self.memo_entries
             )
             measured.add(OpFamily.DECODE_ATTENTION)
         return measured
