@@ -21,6 +21,7 @@ from app.bundled import load_bundled_catalog
 from app.catalog.invalidation import watch_catalog
 from app.db.migrate import upgrade
 from app.db.session import make_engine, make_session_factory
+from app.engine.serving import PROFILED_ENGINES
 from app.settings import get_settings
 
 __all__ = ["main", "openapi_document"]
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     profiles.add_argument("source", choices=["aiconfigurator"])
     profiles.add_argument("--system", required=True, help="e.g. h100_sxm, a100_sxm, l40s")
-    profiles.add_argument("--backend", required=True, choices=["vllm", "sglang", "trtllm"])
+    profiles.add_argument("--backend", required=True, choices=PROFILED_ENGINES)
     profiles.add_argument("--version", default=None, help="default: the newest in the database")
     profiles.add_argument("--systems-dir", default=None, help="default: the installed package's")
     profiles.add_argument("--out", default="app/catalog/data/profiles")

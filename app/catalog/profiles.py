@@ -106,7 +106,7 @@ class EngineChoice:
     def basis(self) -> str:
         """What times the steps without a profile: `roofline`, with why when the engine named
         has no profile here."""
-        if self.engine.name is EngineName.ROOFLINE or not self.warnings:
+        if not self.engine.policy.profiled or not self.warnings:
             return ROOFLINE.label
         return f"roofline (no {self.engine.label} profile for this GPU)"
 
@@ -135,7 +135,7 @@ def choose_engine(
         if default is None:
             return EngineChoice(ROOFLINE, None)
         return EngineChoice(default.serving_engine, default if measured else None)
-    if requested.name is EngineName.ROOFLINE:
+    if not requested.policy.profiled:
         return EngineChoice(ROOFLINE, None)
     matching = [ref for ref in refs if ref.serving_engine.name is requested.name]
     if requested.version is not None:

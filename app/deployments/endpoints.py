@@ -8,9 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from app.deployments import service as deployments
-from app.deployments.arguments import Engine
-from app.deployments.render import EngineLaunch, shell_script
-from app.deployments.schemas import DeploymentRead, Target
+from app.deployments.render import shell_script
+from app.deployments.schemas import (
+    MANIFEST_TARGETS,
+    TARGETS,
+    DeploymentRead,
+    one_of,
+)
+from app.engine.serving import LAUNCH_ENGINES
+from app.engine.serving.launch import EngineLaunch
 from app.web.deps import SpecCacheDep, read_in_session
 from app.web.negotiation import JSON, TEXT, YAML, preferred
 from app.web.schemas import problem_responses
@@ -20,9 +26,9 @@ router = APIRouter(prefix="/v1", tags=["deployments"])
 
 def _text(answer: DeploymentRead) -> str:
     """The rendering as one text: the manifest or values, or a shell script of the launch."""
-    if answer.target in (Target.KUBERNETES, Target.HELM):
+    if answer.target in MANIFEST_TARGETS:
         return next(iter(answer.files.values()))
-    launch = EngineLaunch(Engine(answer.engine), tuple(answer.argv), dict(answer.files))
+    launch = EngineLaunch(answer.engine, tuple(answer.argv), dict(answer.files))
     return shell_script(launch)
 
 
@@ -50,14 +56,17 @@ async def get_deployment_route(
     rank: Annotated[
         int, Path(ge=0, le=10_000, description="Candidate rank (0: cheapest).", examples=[0])
     ],
-    target: Annotated[Target, Query(description="What to render.", examples=["vllm"])],
+    target: Annotated[
+        str, Query(description="What to render.", examples=["vllm"], **one_of(TARGETS))
+    ],
     request: Request,
     cache: SpecCacheDep,
     engine: Annotated[
-        Engine | None,
+        str | None,
         Query(
             description="The engine a manifest launches (`kubernetes`; `helm` is vLLM's "
-            "chart); default: the plan's engine, else vLLM."
+            "chart); default: the plan's engine, else vLLM.",
+            **one_of(LAUNCH_ENGINES),
         ),
     ] = None,
     model_path: Annotated[
@@ -81,7 +90,7 @@ async def get_deployment_route(
             session, cache, plan_id, rank, target, engine=engine, model_path=model_path
         ),
     )
-    manifest = target in (Target.KUBERNETES, Target.HELM)
+    manifest = target in MANIFEST_TARGETS
     offered = (JSON, TEXT, YAML) if manifest else (JSON, TEXT)
     media = preferred(accept, offered)
     if media == JSON:

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from app.engine.serving import LAUNCH_ENGINES
 from app.plans.schemas import LayoutRead
 
 __all__ = [
+    "MANIFEST_TARGETS",
+    "TARGETS",
     "ArgumentSource",
     "DeploymentRead",
+    "LaunchEngine",
     "PlannedLayout",
-    "Target",
+    "TargetName",
     "UnsupportedSetting",
+    "one_of",
 ]
 
 
-class Target(StrEnum):
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    TRTLLM = "trtllm"
-    KUBERNETES = "kubernetes"
-    HELM = "helm"
+MANIFEST_TARGETS = ("kubernetes", "helm")
+TARGETS: tuple[str, ...] = (*LAUNCH_ENGINES, *MANIFEST_TARGETS)
+"""What a candidate renders as: each launchable engine's command (its policy's), a Kubernetes
+manifest or Helm values."""
+
+
+def one_of(names: tuple[str, ...]) -> dict[str, Any]:
+    """A string field's constraints: exactly one of `names` (listed as the schema's enum)."""
+    return {"pattern": f"^({'|'.join(names)})$", "json_schema_extra": {"enum": list(names)}}
+
+
+TargetName = Annotated[str, Field(**one_of(TARGETS))]
+LaunchEngine = Annotated[str, Field(**one_of(LAUNCH_ENGINES))]
 
 
 class UnsupportedSetting(BaseModel):
@@ -57,7 +69,7 @@ class DeploymentRead(BaseModel):
 
     plan_id: str = Field(description="The plan.")
     rank: int = Field(description="The candidate's place in the plan's `plans` (0: cheapest).")
-    target: Target = Field(description="What was rendered.")
+    target: TargetName = Field(description="What was rendered.")
     engine: str = Field(description="The serving engine launched (`vllm`, `sglang`, `trtllm`).")
     engine_version: str | None = Field(
         description="The engine version the plan's profile timed (the image tag's), null when "

@@ -12,26 +12,24 @@ from sqlalchemy.orm import Session
 from app.catalog.profiles import choose_engine, profile_refs
 from app.catalog.repository import ModelRepository
 from app.catalog.spec_cache import SpecCache
-from app.deployments.arguments import Engine, EngineArguments, engine_arguments, helm_chart
-from app.deployments.render import (
-    OPTIONS_DIR,
+from app.deployments.arguments import helm_chart
+from app.deployments.render import OPTIONS_DIR, helm_values, kubernetes_manifest
+from app.deployments.schemas import (
+    MANIFEST_TARGETS,
+    ArgumentSource,
+    DeploymentRead,
+    PlannedLayout,
+    UnsupportedSetting,
+)
+from app.engine.dtypes import DType
+from app.engine.serving import HELM_ENGINES, LAUNCH_ENGINES, EnginePolicy, ServingEngine, policy_of
+from app.engine.serving.launch import (
+    EngineArguments,
     EngineLaunch,
     PlannedReplica,
     ServedModel,
     Unsupported,
-    helm_values,
-    kubernetes_manifest,
-    launch,
 )
-from app.deployments.schemas import (
-    ArgumentSource,
-    DeploymentRead,
-    PlannedLayout,
-    Target,
-    UnsupportedSetting,
-)
-from app.engine.dtypes import DType
-from app.engine.serving import EngineName, ServingEngine, policy_of
 from app.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from app.plans.schemas import CandidateRead, PlanRead
 from app.plans.service import PlanNotDone, get_plan, plan_in_full
@@ -84,23 +82,22 @@ def _candidate(plan: PlanRead, rank: int) -> CandidateRead:
     return candidate
 
 
-def _engine(target: Target, engine: Engine | None, planned: ServingEngine) -> Engine:
-    """The engine a target launches: the target's own, or for manifests the one asked for, else
-    the one the plan simulated, else (the roofline) vLLM."""
-    if target in (Target.VLLM, Target.SGLANG, Target.TRTLLM):
-        if engine is not None and engine.value != target.value:
-            raise InvalidInput.at("engine", f"target {target.value} launches {target.value}")
-        return Engine(target.value)
-    if target is Target.HELM:
-        if engine is not None and engine is not Engine.VLLM:
+def _engine(target: str, engine: str | None, planned: ServingEngine) -> EnginePolicy:
+    """The engine a target launches: the target's own, or for manifests the one asked for (the
+    Helm chart's own by default), else the one the plan simulated (the roofline's plans launch as
+    its `launched_as`)."""
+    if target in LAUNCH_ENGINES:
+        if engine is not None and engine != target:
+            raise InvalidInput.at("engine", f"target {target} launches {target}")
+        return policy_of(target)
+    if target == "helm":
+        if engine is not None and engine not in HELM_ENGINES:
             chart = helm_chart().chart
-            raise InvalidInput.at("engine", f"the {chart} chart serves vLLM only")
-        return Engine.VLLM
+            raise InvalidInput.at("engine", f"the {chart} chart serves {', '.join(HELM_ENGINES)}")
+        return policy_of(engine or HELM_ENGINES[0])
     if engine is not None:
-        return engine
-    if planned.name is EngineName.ROOFLINE:
-        return Engine.VLLM
-    return Engine(planned.name.value)
+        return policy_of(engine)
+    return planned.launcher
 
 
 def _served_model(
@@ -156,7 +153,7 @@ def _replica(plan: PlanRead, candidate: CandidateRead) -> PlannedReplica:
 
 def _argument_source(args: EngineArguments) -> ArgumentSource:
     return ArgumentSource(
-        engine=args.engine.value,
+        engine=args.engine,
         version=args.version,
         title=args.source.title,
         url=args.source.url,
@@ -168,9 +165,9 @@ def render_deployment(
     cache: SpecCache,
     plan_id: str,
     rank: int,
-    target: Target,
+    target: str,
     *,
-    engine: Engine | None = None,
+    engine: str | None = None,
     model_path: str | None = None,
 ) -> DeploymentRead:
     """The candidate at `rank` of a done plan rendered for `target`. 404 for an unknown plan or
@@ -188,43 +185,50 @@ def render_deployment(
     model, unsupported, notes = _served_model(session, cache, plan, model_path)
     replica = _replica(plan, candidate)
 
-    version = planned.version if planned.name is EngineName(chosen.value) else None
+    name = chosen.name.value
+    version = planned.version if planned.name is chosen.name else None
     if version is None:
         notes.append(
-            f"the plan simulated {planned.policy.title}, not {chosen.value}: its latencies are "
+            f"the plan simulated {planned.policy.title}, not {name}: its latencies are "
             "that engine's; the image tag is latest"
         )
-    args = engine_arguments(chosen)
+    args = chosen.arguments()
     if version is not None and version.split(".")[:2] != args.version.split(".")[:2]:
         notes.append(
-            f"flags are checked against {chosen.value} {args.version}'s published arguments "
-            f"(the newest read); the plan's profile is {chosen.value} {version}"
+            f"flags are checked against {name} {args.version}'s published arguments "
+            f"(the newest read); the plan's profile is {name} {version}"
         )
 
-    manifest = target in (Target.KUBERNETES, Target.HELM)
-    engine_launch: EngineLaunch = launch(args, model, replica, OPTIONS_DIR if manifest else None)
+    manifest = target in MANIFEST_TARGETS
+    engine_launch: EngineLaunch = chosen.launch(
+        args, model, replica, OPTIONS_DIR if manifest else None
+    )
     files = dict(engine_launch.files)
     unsupported += engine_launch.unsupported
     notes += engine_launch.notes
-    tag = policy_of(chosen.value).image_tag(version)
-    if target is Target.KUBERNETES:
+    tag = chosen.image_tag(version)
+    image = f"{chosen.image}:{tag}"
+    if target == "kubernetes":
         labels = {"ridgeline.io/plan": plan.id, "ridgeline.io/rank": str(rank)}
         text, one_pod = kubernetes_manifest(
-            engine_launch, args, model, replica, image_tag=tag, labels=labels
+            engine_launch, args, model, replica, image=image, labels=labels
         )
         files = {"deployment.yaml": text}
         unsupported += [one_pod] if one_pod else []
-    elif target is Target.HELM:
-        text, one_pod = helm_values(engine_launch, helm_chart(), model, replica, tag)
+    elif target == "helm":
+        chart = helm_chart()
+        text, one_pod = helm_values(
+            engine_launch, chart, model, replica, repository=chosen.image or "", image_tag=tag
+        )
         files = {"values.yaml": text}
         unsupported += [one_pod] if one_pod else []
-        notes.append(f"values for the {helm_chart().chart} chart ({helm_chart().source.url})")
+        notes.append(f"values for the {chart.chart} chart ({chart.source.url})")
 
     return DeploymentRead(
         plan_id=plan.id,
         rank=rank,
         target=target,
-        engine=chosen.value,
+        engine=name,
         engine_version=version,
         model=model.path,
         layout=PlannedLayout(

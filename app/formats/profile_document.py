@@ -26,7 +26,7 @@ from app.engine.profiles.fit import (
     held_out_error_pct,
     memory_efficiency,
 )
-from app.engine.serving import policy_of
+from app.engine.serving import PROFILED_ENGINES, policy_of
 from app.engine.specs import Efficiency, GpuSpec
 
 __all__ = [
@@ -60,7 +60,14 @@ Cells = Annotated[
     list[Annotated[float, Field(gt=0)] | None], Field(min_length=1, max_length=200_000)
 ]
 ComputeFormat = Annotated[DType, Lax]
-EngineName = Literal["vllm", "sglang", "trtllm"]
+EngineName = Annotated[
+    str,
+    Field(
+        pattern=f"^({'|'.join(PROFILED_ENGINES)})$",
+        json_schema_extra={"enum": list(PROFILED_ENGINES)},
+    ),
+]
+"""An engine measured profiles time (`app.engine.serving.PROFILED_ENGINES`)."""
 Text = Annotated[str, Field(min_length=1, max_length=2000)]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.catalog.profiles import version_key
 from app.engine.dtypes import DType
+from app.engine.serving import policy_of
 from app.engine.specs import GpuSpec
 from app.formats.profile_document import ProfileDocument, default_overhead, fit_tables
 
@@ -47,7 +48,6 @@ SYSTEMS: Mapping[str, str] = {
 }
 """aiconfigurator system name -> Ridgeline GPU id."""
 
-_ENGINE_DIR = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 _DTYPES = {
     "bfloat16": DType.BF16,
     "float16": DType.FP16,
@@ -87,7 +87,10 @@ def _round(value: float | None) -> float | None:
 
 
 def _version_dir(root: Path, op: str, engine: str, version: str | None) -> Path:
-    base = root / op / _ENGINE_DIR[engine]
+    backend = policy_of(engine).silicon_backend
+    if backend is None:
+        raise FileNotFoundError(f"the silicon database holds no {engine} data")
+    base = root / op / backend
     versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
     if not versions:
         raise FileNotFoundError(f"no {op} data for {engine} under {base}")

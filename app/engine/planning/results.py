@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from app.engine.dtypes import DType
+from app.engine.serving import ROOFLINE
 
 __all__ = [
     "BucketLatency",
@@ -99,9 +100,9 @@ class CandidatePlan:
     quantized_from: DType | None = None
     """The model's checkpoint format when `weight_dtype` is smaller: a quantisation, which
     changes output quality."""
-    engine: str = "roofline"
+    engine: str = ROOFLINE.label
     """The engine whose scheduler and CUDA graphs were simulated, `name@version`."""
-    basis: Mapping[str, str] = field(default_factory=lambda: {"all": "roofline"})
+    basis: Mapping[str, str] = field(default_factory=lambda: {"all": ROOFLINE.label})
     """What timed each op family (a profile, or the roofline)."""
     warnings: tuple[str, ...] = ()
     """What the candidate's answer should be read with (an engine the roofline timed)."""

@@ -1,7 +1,9 @@
 """Serving engines as values: `ServingEngine` (a name and, once resolved, a version), parsed once
 at the edge (`parse_engine`), and one `EnginePolicy` per engine (`policy_of`) holding what that
-engine does: scheduler defaults by version, CUDA-graph sizes, multi-step scheduling, default
-overheads, the image its launches run. Nothing outside the policies compares engine names.
+engine does: scheduler defaults by version, CUDA-graph sizes, multi-step scheduling, the KV
+format it serves by default, default overheads, and its launch (the command it renders from its
+published arguments, `launch`; its image and tag). Nothing outside the policies compares engine
+names (tests/test_engine_names.py): adding an engine is adding its module here.
 
 - `vllm`, `sglang`, `trtllm`: the engine, at the version of the profile that times it or its
   newest release; `name@version`: that release (`SpecError` naming `engine` for one Ridgeline
@@ -22,6 +24,9 @@ from app.engine.specs import SpecError
 
 __all__ = [
     "ENGINE_PATTERN",
+    "HELM_ENGINES",
+    "LAUNCH_ENGINES",
+    "PROFILED_ENGINES",
     "ROOFLINE",
     "DefaultOverhead",
     "EngineName",
@@ -37,8 +42,22 @@ _POLICIES: dict[EngineName, EnginePolicy] = {
     for policy in (VllmPolicy(), SglangPolicy(), TrtllmPolicy(), RooflinePolicy())
 }
 
-ENGINE_PATTERN = r"^(vllm|sglang|trtllm|roofline)(@[A-Za-z0-9][A-Za-z0-9._+-]{0,63})?$"
+ENGINE_PATTERN = (
+    rf"^({'|'.join(name.value for name in _POLICIES)})(@[A-Za-z0-9][A-Za-z0-9._+-]{{0,63}})?$"
+)
 """The strings `parse_engine` reads: a name, optionally `@version`."""
+LAUNCH_ENGINES: tuple[str, ...] = tuple(
+    name.value for name, policy in _POLICIES.items() if policy.launchable
+)
+"""The engines whose launch Ridgeline renders (each policy's `launch`)."""
+PROFILED_ENGINES: tuple[str, ...] = tuple(
+    name.value for name, policy in _POLICIES.items() if policy.profiled
+)
+"""The engines measured profiles time (what a profile document may name)."""
+HELM_ENGINES: tuple[str, ...] = tuple(
+    name.value for name, policy in _POLICIES.items() if policy.helm_chart
+)
+"""The engines the production-stack Helm chart serves."""
 
 
 def policy_of(name: EngineName | str) -> EnginePolicy:
@@ -61,6 +80,13 @@ class ServingEngine:
     @property
     def policy(self) -> EnginePolicy:
         return _POLICIES[self.name]
+
+    @property
+    def launcher(self) -> EnginePolicy:
+        """The policy of the engine that launches what this one simulated (the roofline's
+        plans launch as vLLM)."""
+        policy = _POLICIES[self.name]
+        return policy if policy.launched_as is None else _POLICIES[policy.launched_as]
 
     @property
     def label(self) -> str:

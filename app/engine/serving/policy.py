@@ -12,6 +12,13 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from app.engine.dtypes import DType
+from app.engine.serving.launch import (
+    EngineArguments,
+    EngineLaunch,
+    PlannedReplica,
+    ServedModel,
+    published_arguments,
+)
 from app.engine.simulation.config import SchedulerConfig
 from app.engine.specs import GpuSpec, ModelSpec, SpecError
 
@@ -62,6 +69,37 @@ class EnginePolicy:
     overhead: DefaultOverhead | None = None
     image: str | None = None
     """The container image its launch renders run (`repository`, tagged by `image_tag`)."""
+    profiled: bool = True
+    """Whether measured profiles time it (every engine but the roofline, which is the datasheet
+    roofline by definition)."""
+    launched_as: EngineName | None = None
+    """The engine a plan simulated with this one launches (the roofline's plans: vLLM); None:
+    itself."""
+    helm_chart: bool = False
+    """Whether the production-stack Helm chart (`app.deployments`' helm target) serves it."""
+    silicon_backend: str | None = None
+    """Its directory in aiconfigurator-core's silicon database
+    (`systems/data/<system>/<op family>/<backend>/<version>/`); None: it has none."""
+
+    @property
+    def launchable(self) -> bool:
+        """Whether Ridgeline renders its launch (it has published arguments)."""
+        return self.launched_as is None and self.image is not None
+
+    def arguments(self) -> EngineArguments:
+        """Its published command-line arguments (`launch.published_arguments`)."""
+        return published_arguments(self.name.value)
+
+    def launch(
+        self,
+        args: EngineArguments,
+        model: ServedModel,
+        replica: PlannedReplica,
+        options_dir: str | None = None,
+    ) -> EngineLaunch:
+        """The launch of one replica with `args` (this engine's); `options_dir`: where the
+        command finds its options file (None: the working directory)."""
+        raise NotImplementedError(f"{self.title} has no launch of its own")
 
     def refusal(self, version: str) -> str | None:
         """Why `version` is not a release of this engine that Ridgeline models, or None."""

@@ -20,6 +20,14 @@ Releases modelled: 0.1.0 to the 0.5 series (aiconfigurator-core 0.12.0 holds mea
 
 from __future__ import annotations
 
+from app.engine.dtypes import DType
+from app.engine.serving.launch import (
+    EngineArguments,
+    EngineLaunch,
+    LaunchBuilder,
+    PlannedReplica,
+    ServedModel,
+)
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
 from app.engine.simulation.config import SchedulerConfig
 from app.engine.specs import GpuSpec
@@ -36,6 +44,7 @@ class SglangPolicy(EnginePolicy):
     first_release = "0.1.0"
     newest_release = "0.5.14"
     image = "lmsysorg/sglang"
+    silicon_backend = "sglang"
     overhead = DefaultOverhead(
         step_ms=0.8,
         per_sequence_ms=0.004,
@@ -64,3 +73,61 @@ class SglangPolicy(EnginePolicy):
     def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
         largest = 512 if tp >= 4 else 256
         return tuple(size for size in _GRAPHS if size <= largest)
+
+    def launch(
+        self,
+        args: EngineArguments,
+        model: ServedModel,
+        replica: PlannedReplica,
+        options_dir: str | None = None,
+    ) -> EngineLaunch:
+        """`python -m sglang.launch_server`: with attention data parallelism
+        (`--enable-dp-attention`, MoE models) `--tp-size` counts all tp x dp GPUs and the
+        scheduler divides `--max-running-requests` and `--chunked-prefill-size` among the
+        `--dp-size` ranks, so both are rendered times dp."""
+        b = LaunchBuilder(args)
+        b.flag("--model-path", model.path)
+        b.flag("--served-model-name", model.name)
+        b.flag("--host", "0.0.0.0")
+        b.flag("--port", args.port)
+        dp_attention = replica.dp > 1 and model.moe
+        # Under --enable-dp-attention the scheduler splits these among the dp ranks.
+        per_server = replica.dp if dp_attention else 1
+        b.flag("--tp-size", replica.tp * per_server)
+        if replica.pp > 1:
+            b.flag("--pp-size", replica.pp)
+        if replica.dp > 1:
+            b.flag("--dp-size", replica.dp)
+            if dp_attention:
+                b.flag("--enable-dp-attention")
+            else:
+                b.notes.append(
+                    f"--dp-size {replica.dp} on a dense model runs {replica.dp} engines of tp "
+                    f"{replica.tp} behind SGLang's router, each with the scheduler settings below"
+                )
+        if replica.ep > 1:
+            b.flag("--ep-size", replica.ep)
+        b.quantisation(model, replica, "--quantization")
+        kv = b.kv_value(
+            model,
+            replica,
+            args.choices["--kv-cache-dtype"],
+            {DType.FP8: "fp8_e4m3", DType.BF16: "bf16"},
+        )
+        if kv is not None:
+            b.flag("--kv-cache-dtype", kv)
+        b.flag("--mem-fraction-static", replica.gpu_memory_utilization)
+        b.notes.append(
+            "--mem-fraction-static is the share of GPU memory for weights and the KV pool, as "
+            "gpu_memory_utilization is in the plan"
+        )
+        if replica.max_num_seqs is not None:
+            b.flag("--max-running-requests", replica.max_num_seqs * per_server)
+        else:
+            b.notes.append("max_num_seqs: any; SGLang's default max_running_requests applies")
+        if replica.chunk_tokens is not None:
+            b.flag("--chunked-prefill-size", replica.chunk_tokens * per_server)
+        else:
+            b.notes.append("chunk_tokens: any; SGLang's default chunked_prefill_size applies")
+        b.spans_nodes(replica)
+        return b.done(None)

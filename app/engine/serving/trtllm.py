@@ -12,6 +12,14 @@ Releases modelled: 0.1.0 to the 1.3 series (aiconfigurator-core 0.12.0 holds mea
 
 from __future__ import annotations
 
+from app.engine.dtypes import DType
+from app.engine.serving.launch import (
+    EngineArguments,
+    EngineLaunch,
+    LaunchBuilder,
+    PlannedReplica,
+    ServedModel,
+)
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
 from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
 from app.engine.specs import GpuSpec
@@ -25,6 +33,7 @@ class TrtllmPolicy(EnginePolicy):
     first_release = "0.1.0"
     newest_release = "1.3.0rc23"
     image = "nvcr.io/nvidia/tensorrt-llm/release"
+    silicon_backend = "trtllm"
     overhead = DefaultOverhead(
         step_ms=0.5,
         per_sequence_ms=0.003,
@@ -47,3 +56,59 @@ class TrtllmPolicy(EnginePolicy):
 
     def image_tag(self, version: str | None) -> str:
         return "latest" if version is None else version
+
+    def launch(
+        self,
+        args: EngineArguments,
+        model: ServedModel,
+        replica: PlannedReplica,
+        options_dir: str | None = None,
+    ) -> EngineLaunch:
+        """`trtllm-serve` with its LLM API options file: attention data parallelism
+        (`enable_attention_dp`) runs attention at tp 1 on each of `--tp_size` ranks, so a plan
+        with dp > 1 and tp > 1 cannot be expressed."""
+        b = LaunchBuilder(args)
+        b.argv.append(model.path)
+        b.flag("--host", "0.0.0.0")
+        b.flag("--port", args.port)
+        b.flag("--backend", "pytorch")
+        ranks = replica.tp
+        if replica.dp > 1:
+            if replica.tp == 1:
+                ranks = replica.dp
+                b.options["enable_attention_dp"] = True
+            else:
+                b.cannot(
+                    "dp",
+                    replica.dp,
+                    "TensorRT-LLM's attention data parallelism runs attention at tp 1 on every "
+                    f"rank: tp {replica.tp} x dp {replica.dp} has no equivalent",
+                )
+        b.flag("--tp_size", ranks)
+        if replica.pp > 1:
+            b.flag("--pp_size", replica.pp)
+        if replica.ep > 1:
+            b.flag("--ep_size", replica.ep)
+        b.quantisation(model, replica, "--quantization")  # no such flag: always reported
+        options = args.options_file
+        allowed = options.choices["kv_cache_config.dtype"] if options is not None else ()
+        kv = b.kv_value(model, replica, allowed, {DType.FP8: "fp8"})
+        if kv is not None and kv != "auto":
+            b.options["kv_cache_config"] = {"dtype": kv}
+        b.flag("--kv_cache_free_gpu_memory_fraction", replica.gpu_memory_utilization)
+        b.notes.append(
+            "--kv_cache_free_gpu_memory_fraction is a share of the memory left after the "
+            "weights, not of the whole GPU as the plan's gpu_memory_utilization: the same "
+            "number gives TensorRT-LLM a larger KV cache; lower it to match the plan's"
+        )
+        if replica.max_num_seqs is not None:
+            b.flag("--max_batch_size", replica.max_num_seqs)
+        else:
+            b.notes.append("max_num_seqs: any; TensorRT-LLM's default max_batch_size applies")
+        if replica.chunk_tokens is not None:
+            b.flag("--max_num_tokens", replica.chunk_tokens)
+            b.flag("--enable_chunked_prefill")
+        else:
+            b.notes.append("chunk_tokens: any; TensorRT-LLM's default max_num_tokens applies")
+        b.spans_nodes(replica)
+        return b.done(options_dir)

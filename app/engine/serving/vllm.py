@@ -31,6 +31,14 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+from app.engine.dtypes import DType
+from app.engine.serving.launch import (
+    EngineArguments,
+    EngineLaunch,
+    LaunchBuilder,
+    PlannedReplica,
+    ServedModel,
+)
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy, release
 from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
 from app.engine.specs import GpuSpec
@@ -57,6 +65,8 @@ class VllmPolicy(EnginePolicy):
     first_release = "0.1.0"
     newest_release = "0.26.0"
     image = "vllm/vllm-openai"
+    helm_chart = True
+    silicon_backend = "vllm"
     overhead = DefaultOverhead(
         step_ms=1.0,
         per_sequence_ms=0.005,
@@ -115,3 +125,49 @@ class VllmPolicy(EnginePolicy):
 
     def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
         return _V0_GRAPHS if self.is_v0(version) else _V1_GRAPHS
+
+    def launch(
+        self,
+        args: EngineArguments,
+        model: ServedModel,
+        replica: PlannedReplica,
+        options_dir: str | None = None,
+    ) -> EngineLaunch:
+        """`vllm serve`: `--tensor-parallel-size tp --data-parallel-size dp
+        --pipeline-parallel-size pp`, and `--enable-expert-parallel` for ep = tp x dp (vLLM's
+        expert-parallel group is the tp x dp GPUs). `--max-num-seqs` and
+        `--max-num-batched-tokens` are per data-parallel engine, as in the plan."""
+        b = LaunchBuilder(args)
+        b.argv.append(model.path)
+        b.flag("--served-model-name", model.name)
+        b.flag("--tensor-parallel-size", replica.tp)
+        if replica.pp > 1:
+            b.flag("--pipeline-parallel-size", replica.pp)
+        if replica.dp > 1:
+            b.flag("--data-parallel-size", replica.dp)
+        if replica.ep > 1:
+            if model.moe and replica.ep == replica.tp * replica.dp:
+                b.flag("--enable-expert-parallel")
+            else:
+                b.cannot(
+                    "ep",
+                    replica.ep,
+                    "vLLM's expert parallelism spans all tp x dp GPUs "
+                    f"({replica.tp * replica.dp}) of an MoE model",
+                )
+        b.quantisation(model, replica, "--quantization")
+        kv = b.kv_value(model, replica, args.choices["--kv-cache-dtype"], {DType.FP8: "fp8"})
+        if kv is not None:
+            b.flag("--kv-cache-dtype", kv)
+        b.flag("--gpu-memory-utilization", replica.gpu_memory_utilization)
+        if replica.max_num_seqs is not None:
+            b.flag("--max-num-seqs", replica.max_num_seqs)
+        else:
+            b.notes.append("max_num_seqs: any; vLLM's default applies")
+        if replica.chunk_tokens is not None:
+            b.flag("--enable-chunked-prefill")
+            b.flag("--max-num-batched-tokens", replica.chunk_tokens)
+        else:
+            b.notes.append("chunk_tokens: any; vLLM's default max_num_batched_tokens applies")
+        b.spans_nodes(replica)
+        return b.done(None)
