@@ -1,10 +1,9 @@
 """Serving runs: a benchmark tool's result file against the simulator at the same load.
 
-Each measurement is replayed on one simulated replica: Poisson arrivals at the rate the run
-offered (open loop), or, for an `inf` rate or a closed-loop run (a fixed number of users), at
-the rate it completed requests, which is what such a loop settles at; prompts and outputs at the
-file's mean lengths. The simulator has no closed loop yet, so a closed-loop run's percentiles
-are compared with an open loop at its own throughput, and the answer says so.
+Each measurement is replayed on one simulated replica: a closed loop of the run's users (no
+think time) for a closed-loop run, else Poisson arrivals at the rate it offered (`replay_rate`:
+for an `inf` rate, the rate it completed requests); prompts and outputs at the file's mean
+lengths.
 """
 
 from __future__ import annotations
