@@ -97,12 +97,24 @@ async def _estimate(
     return await memoized_answer(request, body, lambda: _written(schema, answer(cache, query)))
 
 
-async def _chart(
-    request: Request, heavy: HeavyWork, draw: Callable[[A], str], produce: Callable[[], A]
+async def _estimate_or_chart(
+    request: Request,
+    body: _Body[Q_co],
+    cache: SpecCache,
+    heavy: HeavyWork,
+    accept: str | None,
+    schema: type[A],
+    answer: Callable[[SpecCache, Q_co], object],
+    draw: Callable[[A], str],
 ) -> Response:
-    """The answer `produce`s (in the thread pool: it may read the database) drawn as SVG in the
-    heavy-work pool (a chart takes ~100 ms of CPU)."""
-    chart = await heavy.run(request, draw, await run_in_threadpool(produce))
+    """`_estimate`, or on `Accept: image/svg+xml` the answer (computed in the thread pool: it
+    may read the database) drawn by `draw` in the heavy-work pool (a chart takes ~100 ms of
+    CPU)."""
+    if not wants_svg(accept):
+        return await _estimate(request, body, cache, schema, answer)
+    query = body.query()
+    shaped = await run_in_threadpool(lambda: _shaped(schema, answer(cache, query)))
+    chart = await heavy.run(request, draw, shaped)
     return Response(chart, media_type=SVG_MEDIA_TYPE)
 
 
@@ -129,14 +141,16 @@ async def estimate_prefill_curve(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
-    if wants_svg(accept):
-        return await _chart(
-            request,
-            heavy,
-            prefill_curve_svg,
-            lambda: _shaped(PrefillCurveResponse, estimates.prefill_points(cache, body.query())),
-        )
-    return await _estimate(request, body, cache, PrefillCurveResponse, estimates.prefill_points)
+    return await _estimate_or_chart(
+        request,
+        body,
+        cache,
+        heavy,
+        accept,
+        PrefillCurveResponse,
+        estimates.prefill_points,
+        prefill_curve_svg,
+    )
 
 
 @router.post(
@@ -209,11 +223,6 @@ async def roofline(
     request: Request,
     accept: AcceptHeader = None,
 ) -> Response:
-    if wants_svg(accept):
-        return await _chart(
-            request,
-            heavy,
-            roofline_svg,
-            lambda: _shaped(RooflineResponse, estimates.roofline_of(cache, body.query())),
-        )
-    return await _estimate(request, body, cache, RooflineResponse, estimates.roofline_of)
+    return await _estimate_or_chart(
+        request, body, cache, heavy, accept, RooflineResponse, estimates.roofline_of, roofline_svg
+    )

@@ -636,7 +636,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
     """Run a prepared simulation (in a heavy-work process; pure computation)."""
     if job.disaggregated is not None:
         return _run_disaggregated(job, job.disaggregated)
-    try:
+    with _run_errors(job):
         result = simulate(
             job.trace,
             job.timer or job.target.cost,
@@ -649,10 +649,6 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             closed_loop=job.closed_loop,
             prefix_cache=job.prefix_cache,
         )
-    except SimulationTooLong as error:
-        raise _too_long(job, error) from None
-    except SpecError as error:
-        raise invalid_spec(error) from None
     return SimulationRun(
         resolved=job.target,
         scheduler=job.scheduler,
@@ -662,12 +658,20 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
     )
 
 
-def _too_long(job: SimulationJob, error: SimulationTooLong) -> InvalidInput:
-    return InvalidInput.at(
-        job.work_field,
-        f"{error.message}: simulate fewer requests, shorter outputs or a larger "
-        "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
-    )
+@contextmanager
+def _run_errors(job: SimulationJob) -> Iterator[None]:
+    """Within the block, a run past its step budget is a 422 naming the work's field, and an
+    impossible spec a 422 naming its own."""
+    try:
+        yield
+    except SimulationTooLong as error:
+        raise InvalidInput.at(
+            job.work_field,
+            f"{error.message}: simulate fewer requests, shorter outputs or a larger "
+            "max_num_batched_tokens (a few thousand requests give the percentiles at any load)",
+        ) from None
+    except SpecError as error:
+        raise invalid_spec(error) from None
 
 
 def _byte_percentiles(values: np.ndarray[Any, np.dtype[np.float64]]) -> Percentiles:
@@ -695,7 +699,7 @@ def _pool_run(pool: PoolJob, result: SimulationResult) -> PoolRun:
 
 
 def _run_disaggregated(job: SimulationJob, pools: DisaggregatedJob) -> SimulationRun:
-    try:
+    with _run_errors(job):
         outcome = simulate_disaggregated(
             job.trace,
             pools.prefill.pool,
@@ -707,10 +711,6 @@ def _run_disaggregated(job: SimulationJob, pools: DisaggregatedJob) -> Simulatio
             tpot_slo_ms=job.tpot_slo_ms,
             max_steps=job.max_steps,
         )
-    except SimulationTooLong as error:
-        raise _too_long(job, error) from None
-    except SpecError as error:
-        raise invalid_spec(error) from None
     served = ~np.isnan(outcome.prefill.requests.ttft_s)
     sent = job.trace.prompt_tokens[served] * pools.kv_bytes_per_token
     return SimulationRun(

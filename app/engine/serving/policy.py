@@ -15,6 +15,7 @@ from app.engine.dtypes import DType
 from app.engine.serving.launch import (
     EngineArguments,
     EngineLaunch,
+    LaunchBuilder,
     PlannedReplica,
     ServedModel,
     published_arguments,
@@ -97,8 +98,17 @@ class EnginePolicy:
         replica: PlannedReplica,
         options_dir: str | None = None,
     ) -> EngineLaunch:
-        """The launch of one replica with `args` (this engine's); `options_dir`: where the
-        command finds its options file (None: the working directory)."""
+        """The launch of one replica with `args` (this engine's published arguments), checked
+        against them; `options_dir`: where the command finds its options file (None: the
+        working directory)."""
+        builder = LaunchBuilder(args)
+        self.fill_launch(builder, model, replica)
+        builder.spans_nodes(replica)
+        return builder.done(options_dir)
+
+    def fill_launch(self, b: LaunchBuilder, model: ServedModel, replica: PlannedReplica) -> None:
+        """Put the replica's settings into `b` as this engine's flags and options, or report
+        each it cannot express."""
         raise NotImplementedError(f"{self.title} has no launch of its own")
 
     def refusal(self, version: str) -> str | None:

@@ -21,13 +21,7 @@ Releases modelled: 0.1.0 to the 0.5 series (aiconfigurator-core 0.12.0 holds mea
 from __future__ import annotations
 
 from app.engine.dtypes import DType
-from app.engine.serving.launch import (
-    EngineArguments,
-    EngineLaunch,
-    LaunchBuilder,
-    PlannedReplica,
-    ServedModel,
-)
+from app.engine.serving.launch import LaunchBuilder, PlannedReplica, ServedModel
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
 from app.engine.simulation.config import SchedulerConfig
 from app.engine.specs import GpuSpec
@@ -74,22 +68,15 @@ class SglangPolicy(EnginePolicy):
         largest = 512 if tp >= 4 else 256
         return tuple(size for size in _GRAPHS if size <= largest)
 
-    def launch(
-        self,
-        args: EngineArguments,
-        model: ServedModel,
-        replica: PlannedReplica,
-        options_dir: str | None = None,
-    ) -> EngineLaunch:
+    def fill_launch(self, b: LaunchBuilder, model: ServedModel, replica: PlannedReplica) -> None:
         """`python -m sglang.launch_server`: with attention data parallelism
         (`--enable-dp-attention`, MoE models) `--tp-size` counts all tp x dp GPUs and the
         scheduler divides `--max-running-requests` and `--chunked-prefill-size` among the
         `--dp-size` ranks, so both are rendered times dp."""
-        b = LaunchBuilder(args)
         b.flag("--model-path", model.path)
         b.flag("--served-model-name", model.name)
         b.flag("--host", "0.0.0.0")
-        b.flag("--port", args.port)
+        b.flag("--port", b.args.port)
         dp_attention = replica.dp > 1 and model.moe
         # Under --enable-dp-attention the scheduler splits these among the dp ranks.
         per_server = replica.dp if dp_attention else 1
@@ -111,7 +98,7 @@ class SglangPolicy(EnginePolicy):
         kv = b.kv_value(
             model,
             replica,
-            args.choices["--kv-cache-dtype"],
+            b.args.choices["--kv-cache-dtype"],
             {DType.FP8: "fp8_e4m3", DType.BF16: "bf16"},
         )
         if kv is not None:
@@ -129,5 +116,3 @@ class SglangPolicy(EnginePolicy):
             b.flag("--chunked-prefill-size", replica.chunk_tokens * per_server)
         else:
             b.notes.append("chunk_tokens: any; SGLang's default chunked_prefill_size applies")
-        b.spans_nodes(replica)
-        return b.done(None)

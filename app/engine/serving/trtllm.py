@@ -13,13 +13,7 @@ Releases modelled: 0.1.0 to the 1.3 series (aiconfigurator-core 0.12.0 holds mea
 from __future__ import annotations
 
 from app.engine.dtypes import DType
-from app.engine.serving.launch import (
-    EngineArguments,
-    EngineLaunch,
-    LaunchBuilder,
-    PlannedReplica,
-    ServedModel,
-)
+from app.engine.serving.launch import LaunchBuilder, PlannedReplica, ServedModel
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
 from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
 from app.engine.specs import GpuSpec
@@ -57,20 +51,13 @@ class TrtllmPolicy(EnginePolicy):
     def image_tag(self, version: str | None) -> str:
         return "latest" if version is None else version
 
-    def launch(
-        self,
-        args: EngineArguments,
-        model: ServedModel,
-        replica: PlannedReplica,
-        options_dir: str | None = None,
-    ) -> EngineLaunch:
+    def fill_launch(self, b: LaunchBuilder, model: ServedModel, replica: PlannedReplica) -> None:
         """`trtllm-serve` with its LLM API options file: attention data parallelism
         (`enable_attention_dp`) runs attention at tp 1 on each of `--tp_size` ranks, so a plan
         with dp > 1 and tp > 1 cannot be expressed."""
-        b = LaunchBuilder(args)
         b.argv.append(model.path)
         b.flag("--host", "0.0.0.0")
-        b.flag("--port", args.port)
+        b.flag("--port", b.args.port)
         b.flag("--backend", "pytorch")
         ranks = replica.tp
         if replica.dp > 1:
@@ -90,7 +77,7 @@ class TrtllmPolicy(EnginePolicy):
         if replica.ep > 1:
             b.flag("--ep_size", replica.ep)
         b.quantisation(model, replica, "--quantization")  # no such flag: always reported
-        options = args.options_file
+        options = b.args.options_file
         allowed = options.choices["kv_cache_config.dtype"] if options is not None else ()
         kv = b.kv_value(model, replica, allowed, {DType.FP8: "fp8"})
         if kv is not None and kv != "auto":
@@ -110,5 +97,3 @@ class TrtllmPolicy(EnginePolicy):
             b.flag("--enable_chunked_prefill")
         else:
             b.notes.append("chunk_tokens: any; TensorRT-LLM's default max_num_tokens applies")
-        b.spans_nodes(replica)
-        return b.done(options_dir)

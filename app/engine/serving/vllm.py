@@ -32,13 +32,7 @@ from __future__ import annotations
 from packaging.version import Version
 
 from app.engine.dtypes import DType
-from app.engine.serving.launch import (
-    EngineArguments,
-    EngineLaunch,
-    LaunchBuilder,
-    PlannedReplica,
-    ServedModel,
-)
+from app.engine.serving.launch import LaunchBuilder, PlannedReplica, ServedModel
 from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy, release
 from app.engine.simulation.config import SchedulerConfig, UnchunkedPolicy
 from app.engine.specs import GpuSpec
@@ -126,18 +120,11 @@ class VllmPolicy(EnginePolicy):
     def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
         return _V0_GRAPHS if self.is_v0(version) else _V1_GRAPHS
 
-    def launch(
-        self,
-        args: EngineArguments,
-        model: ServedModel,
-        replica: PlannedReplica,
-        options_dir: str | None = None,
-    ) -> EngineLaunch:
+    def fill_launch(self, b: LaunchBuilder, model: ServedModel, replica: PlannedReplica) -> None:
         """`vllm serve`: `--tensor-parallel-size tp --data-parallel-size dp
         --pipeline-parallel-size pp`, and `--enable-expert-parallel` for ep = tp x dp (vLLM's
         expert-parallel group is the tp x dp GPUs). `--max-num-seqs` and
         `--max-num-batched-tokens` are per data-parallel engine, as in the plan."""
-        b = LaunchBuilder(args)
         b.argv.append(model.path)
         b.flag("--served-model-name", model.name)
         b.flag("--tensor-parallel-size", replica.tp)
@@ -156,7 +143,7 @@ class VllmPolicy(EnginePolicy):
                     f"({replica.tp * replica.dp}) of an MoE model",
                 )
         b.quantisation(model, replica, "--quantization")
-        kv = b.kv_value(model, replica, args.choices["--kv-cache-dtype"], {DType.FP8: "fp8"})
+        kv = b.kv_value(model, replica, b.args.choices["--kv-cache-dtype"], {DType.FP8: "fp8"})
         if kv is not None:
             b.flag("--kv-cache-dtype", kv)
         b.flag("--gpu-memory-utilization", replica.gpu_memory_utilization)
@@ -169,5 +156,3 @@ class VllmPolicy(EnginePolicy):
             b.flag("--max-num-batched-tokens", replica.chunk_tokens)
         else:
             b.notes.append("chunk_tokens: any; vLLM's default max_num_batched_tokens applies")
-        b.spans_nodes(replica)
-        return b.done(None)
