@@ -535,14 +535,18 @@ class SimulationRequest(TargetRequest):
         )
 
 
-class LatencyPercentiles(BaseModel):
-    """A latency over the requests (ITL: over every token gap), milliseconds."""
+class _Summary(BaseModel):
+    """A quantity over the requests: its percentiles, mean and largest value."""
 
     p50: float = Field(description="Median.")
     p90: float = Field(description="90th percentile.")
     p99: float = Field(description="99th percentile.")
     mean: float = Field(description="Mean.")
     max: float = Field(description="Largest.")
+
+
+class LatencyPercentiles(_Summary):
+    """A latency over the requests (ITL: over every token gap), milliseconds."""
 
 
 class QueuePoint(BaseModel):
@@ -553,14 +557,8 @@ class QueuePoint(BaseModel):
     running_requests: int = Field(description="Admitted, not finished.")
 
 
-class BytePercentiles(BaseModel):
+class BytePercentiles(_Summary):
     """A size over the requests, bytes."""
-
-    p50: float = Field(description="Median.")
-    p90: float = Field(description="90th percentile.")
-    p99: float = Field(description="99th percentile.")
-    mean: float = Field(description="Mean.")
-    max: float = Field(description="Largest.")
 
 
 class PoolUsed(BaseModel):

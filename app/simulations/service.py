@@ -457,16 +457,7 @@ def prepare_simulation(
     target = resolve_target(cache, query.target)
     config = target.scheduler(query.scheduler)
     timer, drafter_bytes = _speculation(cache, query, target)
-    if query.kv_capacity_override_tokens is not None:
-        kv_tokens = query.kv_capacity_override_tokens
-    else:
-        kv_tokens = kv_capacity_tokens(
-            target,
-            config,
-            gpu_memory_utilization=query.gpu_memory_utilization,
-            block_tokens=query.block_tokens,
-            extra_weights_bytes=drafter_bytes,
-        )
+    kv_tokens = _kv_tokens(query, target, config, drafter_bytes)
     context = target.model.max_context_tokens
     workload = query.workload
     closed_loop = None
@@ -539,6 +530,25 @@ def _refuse_with_disaggregation(query: SimulationQuery) -> None:
         raise InvalidInput.at("speculative", why + "no speculative decoding: leave it out")
 
 
+def _kv_tokens(
+    query: SimulationQuery,
+    target: Target,
+    config: SchedulerConfig,
+    extra_weights_bytes: float = 0.0,
+) -> int:
+    """The replica's KV cache: the request's override, else what `target`'s memory leaves
+    (`kv_capacity_tokens`, a drafter's `extra_weights_bytes` beside the weights)."""
+    if query.kv_capacity_override_tokens is not None:
+        return query.kv_capacity_override_tokens
+    return kv_capacity_tokens(
+        target,
+        config,
+        gpu_memory_utilization=query.gpu_memory_utilization,
+        block_tokens=query.block_tokens,
+        extra_weights_bytes=extra_weights_bytes,
+    )
+
+
 @contextmanager
 def _pool_tp_errors(field: str | None) -> Iterator[None]:
     """Within the block, a 422 about the layout (`tp`) or about the memory it leaves (`gpu`)
@@ -568,15 +578,7 @@ def _pool_job(
         if pool.tp is not None and pool.tp != target.deployment.tp:
             deployment = dc_replace(query.target.deployment, tp=pool.tp)
             target = resolve_target(cache, dc_replace(query.target, deployment=deployment))
-        if query.kv_capacity_override_tokens is not None:
-            kv_tokens = query.kv_capacity_override_tokens
-        else:
-            kv_tokens = kv_capacity_tokens(
-                target,
-                config,
-                gpu_memory_utilization=query.gpu_memory_utilization,
-                block_tokens=query.block_tokens,
-            )
+        kv_tokens = _kv_tokens(query, target, config)
     with spec_errors(f"disaggregated.{name}"):
         engine_pool = Pool(
             target.cost, kv_tokens, config.for_ranks(target.deployment.dp), pool.replicas
