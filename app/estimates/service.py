@@ -77,6 +77,20 @@ class Resolved:
 
     target: Target
     echo: TargetEcho
+    statements: dict[tuple[str, ...], tuple[dict[str, float | None], tuple[str, ...]]] = field(
+        default_factory=dict, compare=False
+    )
+    """The target's error statement (`Target.error_statement`) and warnings, by the phases an
+    answer reports, made once per target and phases."""
+
+    def stated(self, phases: tuple[str, ...]) -> tuple[dict[str, float | None], tuple[str, ...]]:
+        """(expected_error_pct, warnings) of an answer about `phases`."""
+        found = self.statements.get(phases)
+        if found is None:
+            target = self.target
+            errors, unknown = target.error_statement({phase: phase for phase in phases})
+            found = self.statements[phases] = (errors, (*target.warnings, *unknown))
+        return found
 
 
 class Answer(NamedTuple, Generic[R]):
@@ -224,9 +238,8 @@ def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
 
 
 def _answer(resolved: Resolved, result: R, *phases: str) -> Answer[R]:
-    target = resolved.target
-    errors, unknown = target.error_statement({phase: phase for phase in phases})
-    return Answer(resolved.echo, errors, result, (*target.warnings, *unknown))
+    errors, warnings = resolved.stated(phases)
+    return Answer(resolved.echo, errors, result, warnings)
 
 
 def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:
