@@ -425,11 +425,11 @@ class _Recent:
         return cost
 
 
-PROFILED_TIMERS_KEPT = 64
+PROFILED_TIMERS_KEPT = 32
 """Profiled timers the estimate path keeps built (one per model, GPU, layout and profile)."""
-PROFILED_MEMO_ENTRIES = 1024
-"""Shapes each measured op class of a kept timer remembers (up to 7 a timer): an estimate asks a
-handful of shapes, and a repeated request is answered from the response memo before it. Budget:
-64 timers x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the timers
-themselves (docs/performance.md measures the whole)."""
+PROFILED_MEMO_ENTRIES = 4096
+"""Shapes each measured op class of a kept timer remembers (up to 7 a timer). Fewer cost CPU:
+at 1,024 the request estimate took 3.9 % more instructions than with 65,536 (more attention
+table reads; docs/performance.md). Budget: 32 timers x 7 memos x 4,096 shapes x at most 160
+bytes = 147 MiB, on top of the timers themselves."""
 _PROFILED = _Recent(PROFILED_TIMERS_KEPT)
