@@ -425,11 +425,12 @@ class _Recent:
         return cost
 
 
-PROFILED_TIMERS_KEPT = 32
+PROFILED_TIMERS_KEPT = 64
 """Profiled timers the estimate path keeps built (one per model, GPU, layout and profile)."""
-PROFILED_MEMO_ENTRIES = 4096
-"""Shapes each measured op class of a kept timer remembers (up to 7 a timer). Fewer cost CPU:
-at 1,024 the request estimate took 3.9 % more instructions than with 65,536 (more attention
-table reads; docs/performance.md). Budget: 32 timers x 7 memos x 4,096 shapes x at most 160
-bytes = 147 MiB, on top of the timers themselves."""
+PROFILED_MEMO_ENTRIES = 1024
+"""Shapes each measured op class of a kept timer remembers (up to 7 a timer). Budget: 64 timers
+x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the timers themselves. It costs
+CPU where an estimate reads many shapes (the chunk-size search: 19 % more instructions than with
+unbounded memos; docs/performance.md); larger memos were measured no faster for the request
+estimate and slower to level off."""
 _PROFILED = _Recent(PROFILED_TIMERS_KEPT)
