@@ -100,6 +100,7 @@ class CapacityAnswer:
     simulations: int
     probe_requests: int
     reasons: tuple[str, ...]
+    """The screening's caveats (a KV-limited batch, ...)."""
     max_num_seqs: int
     """The scheduler simulated: its batch cap per rank and token budget."""
     chunk_tokens: int
@@ -107,7 +108,6 @@ class CapacityAnswer:
     """What timed each op family (`GpuOffer.basis`)."""
     residual_pct: Mapping[str, float] | None
     """The held-out errors of the profile that timed it, by op family (None: the roofline)."""
-    """The screening's caveats (a KV-limited batch, ...)."""
 
 
 def _candidate(question: CapacityQuestion, options: PlanOptions, sample: ProbeSample) -> Candidate:

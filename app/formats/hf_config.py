@@ -184,6 +184,7 @@ def parse_hf_config(config: Mapping[str, Any]) -> HfModel:
         "attention_sinks": arch.moe_keys == "gpt_oss",
         "mtp_layers": _non_negative_int(config, "num_nextn_predict_layers", default=0),
         **_checkpoint_formats(outer),
+        "checkpoint_kv_dtype": _checkpoint_kv_dtype(outer),
     }
     try:
         spec = build_spec(ModelSpec, values)
@@ -282,13 +283,8 @@ def _checkpoint_formats(config: Mapping[str, Any]) -> dict[str, str | None]:
         return {
             "checkpoint_dtype": _TORCH_DTYPES.get(str(declared).lower(), "bf16"),
             "expert_checkpoint_dtype": quantised,
-            "checkpoint_kv_dtype": _checkpoint_kv_dtype(config),
         }
-    return {
-        "checkpoint_dtype": quantised,
-        "expert_checkpoint_dtype": None,
-        "checkpoint_kv_dtype": _checkpoint_kv_dtype(config),
-    }
+    return {"checkpoint_dtype": quantised, "expert_checkpoint_dtype": None}
 
 
 def _unmodelled(config: Mapping[str, Any], arch: _Architecture) -> tuple[str, ...]:
