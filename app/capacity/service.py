@@ -32,14 +32,7 @@ from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
 from app.errors import spec_errors
 from app.simulations.service import length_distribution
 from app.targets.schemas import engine_query, model_query
-from app.targets.service import (
-    SIMULATED_METRICS,
-    EfficiencyMode,
-    error_statement,
-    expected_errors,
-    resolve_formats,
-    resolve_model,
-)
+from app.targets.service import EfficiencyMode, resolve_formats, resolve_model, simulated_error
 
 __all__ = [
     "METRICS",
@@ -222,12 +215,13 @@ def answer(
             replicas = replicas_for(observed, found.requests_per_s, body.headroom)
     mode = EfficiencyMode(body.efficiency)
     ref = resolved.choice.profile
-    errors, unknown = error_statement(
-        SIMULATED_METRICS,
-        expected_errors(mode, resolved.gpu.expected_error_pct, found.residual_pct, found.basis),
+    errors, unknown = simulated_error(
         mode,
-        ref.id if ref is not None else None,
-        resolved.gpu.spec.id,
+        gpu_id=resolved.gpu.spec.id,
+        gpu_errors=resolved.gpu.expected_error_pct,
+        profile_id=ref.id if ref is not None else None,
+        residuals=found.residual_pct,
+        basis=found.basis,
     )
     return CapacityResponse(
         deployment=resolved.name,

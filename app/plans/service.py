@@ -51,13 +51,7 @@ from app.simulations.service import (
     length_distribution,
     trace_from_rows,
 )
-from app.targets.service import (
-    SIMULATED_METRICS,
-    EfficiencyMode,
-    error_statement,
-    expected_errors,
-    resolve_model,
-)
+from app.targets.service import EfficiencyMode, resolve_model, simulated_error
 
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
@@ -358,17 +352,13 @@ def _candidate(candidate: CandidatePlan, job: PlanJob) -> dict[str, Any]:
     offer = next(o for o in job.offers if o.id == candidate.gpu)
     mode = job.query.efficiency
     profile = offer.profile
-    errors, unknown = error_statement(
-        SIMULATED_METRICS,
-        expected_errors(
-            mode,
-            job.gpu_errors.get(offer.id, {}),
-            profile.residual_pct if profile is not None else None,
-            candidate.basis,
-        ),
+    errors, unknown = simulated_error(
         mode,
-        profile.id if profile is not None else None,
-        offer.id,
+        gpu_id=offer.id,
+        gpu_errors=job.gpu_errors.get(offer.id, {}),
+        profile_id=profile.id if profile is not None else None,
+        residuals=profile.residual_pct if profile is not None else None,
+        basis=candidate.basis,
     )
     read = _read(CandidateRead, candidate)
     read["expected_error_pct"] = errors

@@ -44,6 +44,7 @@ __all__ = [
     "resolve_gpu_spec",
     "resolve_model",
     "resolve_target",
+    "simulated_error",
 ]
 
 INLINE = "inline"
@@ -306,6 +307,23 @@ def expected_errors(
         if used:
             errors[phase] = round((sum(e * e for e in used) / len(used)) ** 0.5, 2)
     return errors
+
+
+def simulated_error(
+    mode: EfficiencyMode,
+    *,
+    gpu_id: str,
+    gpu_errors: Mapping[str, float],
+    profile_id: str | None,
+    residuals: Mapping[str, float] | None,
+    basis: Mapping[str, str],
+) -> tuple[dict[str, float | None], tuple[str, ...]]:
+    """The error statement (`error_statement`) of a simulated answer (`SIMULATED_METRICS`) on
+    `gpu_id`, timed in `mode` by the profile `profile_id` (its held-out `residuals`) or, where
+    None, by the roofline (the GPU's validation residuals `gpu_errors`): what capacity answers
+    and plan candidates state."""
+    errors = expected_errors(mode, gpu_errors, residuals, basis)
+    return error_statement(SIMULATED_METRICS, errors, mode, profile_id, gpu_id)
 
 
 def resolve_model(cache: SpecCache, model: str | ModelSpec) -> tuple[ModelSpec, str, int | None]:
