@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_RAW_BODY_BYTES", "RawKey", "ResponseMemo", "raw_key"]
 
@@ -49,25 +49,55 @@ def raw_key(scope: MutableMapping[str, Any], headers: dict[bytes, bytes], body: 
     )
 
 
+RawEntry = tuple[dict[str, object], tuple[int, int], bytes]
+"""What a raw key keeps: the catalog ids the request named, their generations, the answer."""
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 def _answer_bytes(key: MemoKey, answer: bytes) -> int:
     return len(key[0]) + len(key[1]) + len(answer) + _ENTRY_BYTES
 
 
-def _raw_bytes(key: RawKey, answer: bytes) -> int:
-    return sum(len(part) for part in key) + len(answer) + 2 * _ENTRY_BYTES
+def _raw_bytes(key: RawKey, entry: RawEntry) -> int:
+    return sum(len(part) for part in key) + len(entry[2]) + 2 * _ENTRY_BYTES
+
+
+class _Bounded(OrderedDict[K, V], Generic[K, V]):
+    """Entries, least recently used first, at most `max_entries` of them and `max_bytes` as
+    `size` counts them (one entry is kept whatever its size); `held` is that count."""
+
+    def __init__(self, max_entries: int, max_bytes: int, size: Callable[[K, V], int]) -> None:
+        super().__init__()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._size = size
+        self.held = 0
+
+    def keep(self, key: K, value: V) -> None:
+        """`value` under `key`, the newest; the oldest dropped beyond the bounds."""
+        old = self.get(key)
+        if old is not None:
+            self.held -= self._size(key, old)
+        self[key] = value
+        self.move_to_end(key)
+        self.held += self._size(key, value)
+        while len(self) > self._max_entries or (self.held > self._max_bytes and len(self) > 1):
+            dropped, gone = self.popitem(last=False)
+            self.held -= self._size(dropped, gone)
+
+    def forget(self, key: K) -> None:
+        self.held -= self._size(key, self.pop(key))
 
 
 class ResponseMemo:
     def __init__(self, max_entries: int = 4096, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._max_entries = max_entries
-        self._max_bytes = max_bytes // 2
-        """Each side's budget (answers under validated keys, answers under raw keys)."""
-        self.answer_bytes = 0
-        self.raw_bytes = 0
-        self._answers: OrderedDict[MemoKey, bytes] = OrderedDict()
-        self._raw: OrderedDict[RawKey, tuple[dict[str, object], tuple[int, int], bytes]] = (
-            OrderedDict()
+        # Each side (answers under validated keys, under raw keys) has half the bytes.
+        self._answers: _Bounded[MemoKey, bytes] = _Bounded(
+            max_entries, max_bytes // 2, _answer_bytes
         )
+        self._raw: _Bounded[RawKey, RawEntry] = _Bounded(max_entries, max_bytes // 2, _raw_bytes)
         self.raw_paths: set[str] = set()
         """Paths with an answer under a raw key: the only ones whose bodies the middleware reads
         ahead of the app."""
@@ -87,18 +117,17 @@ class ResponseMemo:
     def put(self, key: MemoKey, answer: bytes) -> None:
         if self._max_entries == 0:
             return
-        answers = self._answers
-        old = answers.get(key)
-        if old is not None:
-            self.answer_bytes -= _answer_bytes(key, old)
-        answers[key] = answer
-        answers.move_to_end(key)
-        self.answer_bytes += _answer_bytes(key, answer)
-        while len(answers) > self._max_entries or (
-            self.answer_bytes > self._max_bytes and len(answers) > 1
-        ):
-            dropped, gone = answers.popitem(last=False)
-            self.answer_bytes -= _answer_bytes(dropped, gone)
+        self._answers.keep(key, answer)
+
+    @property
+    def answer_bytes(self) -> int:
+        """Bytes held under validated keys (`_answer_bytes`)."""
+        return self._answers.held
+
+    @property
+    def raw_bytes(self) -> int:
+        """Bytes held under raw keys (`_raw_bytes`)."""
+        return self._raw.held
 
     def get_raw(self, key: RawKey, generations: Generations) -> bytes | None:
         """The answer sent to a request byte-identical to `key`, while the generations of the
@@ -108,8 +137,7 @@ class ResponseMemo:
             return None
         refs, made_from, answer = found
         if generations(**refs) != made_from:
-            del self._raw[key]
-            self.raw_bytes -= _raw_bytes(key, answer)
+            self._raw.forget(key)
             return None
         self._raw.move_to_end(key)
         self.raw_hits += 1
@@ -121,16 +149,7 @@ class ResponseMemo:
         if self._max_entries == 0 or len(key[4]) > MAX_RAW_BODY_BYTES:
             return
         self.raw_paths.add(key[0])
-        raw = self._raw
-        old = raw.get(key)
-        if old is not None:
-            self.raw_bytes -= _raw_bytes(key, old[2])
-        raw[key] = (refs, made_from, answer)
-        raw.move_to_end(key)
-        self.raw_bytes += _raw_bytes(key, answer)
-        while len(raw) > self._max_entries or (self.raw_bytes > self._max_bytes and len(raw) > 1):
-            dropped, (_, _, gone) = raw.popitem(last=False)
-            self.raw_bytes -= _raw_bytes(dropped, gone)
+        self._raw.keep(key, (refs, made_from, answer))
 
     @property
     def enabled(self) -> bool:
