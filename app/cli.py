@@ -5,7 +5,7 @@ ridgeline worker [--concurrency 1]
 ridgeline migrate [--revision head]
 ridgeline load-catalog
 ridgeline openapi [--out openapi/openapi.json]
-ridgeline import-profiles aiconfigurator --system h100_sxm --backend vllm [--version V]
+ridgeline import-profiles aiconfigurator --all | --system h100_sxm --backend vllm [--version V]
     [--systems-dir DIR] [--out app/catalog/data/profiles] [--default]
 """
 
@@ -111,13 +111,23 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _import_profiles(args: argparse.Namespace) -> int:
-    from app.profiles.bundled import write_bundled_profile  # noqa: PLC0415 - needs the extra
+    from app.profiles.bundled import (  # noqa: PLC0415 - needs the extra
+        write_all_bundled,
+        write_bundled_profile,
+    )
 
+    systems = Path(args.systems_dir) if args.systems_dir else None
+    if args.all:
+        paths = write_all_bundled(systems, out=Path(args.out))
+        print(f"wrote {len(paths)} profiles and the index to {args.out}")
+        return 0
+    if args.system is None or args.backend is None:
+        raise SystemExit("ridgeline import-profiles: give --all, or --system and --backend")
     path = write_bundled_profile(
         args.system,
         args.backend,
         version=args.version,
-        systems=Path(args.systems_dir) if args.systems_dir else None,
+        systems=systems,
         out=Path(args.out),
         default=args.default,
     )
@@ -160,8 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         help="write a compact profile from a silicon database (needs ridgeline[profiles])",
     )
     profiles.add_argument("source", choices=["aiconfigurator"])
-    profiles.add_argument("--system", required=True, help="e.g. h100_sxm, a100_sxm, l40s")
-    profiles.add_argument("--backend", required=True, choices=PROFILED_ENGINES)
+    profiles.add_argument(
+        "--all",
+        action="store_true",
+        help="every catalog GPU's system, engine and version in the database (what is bundled)",
+    )
+    profiles.add_argument("--system", help="e.g. h100_sxm, a100_sxm, l40s")
+    profiles.add_argument("--backend", choices=PROFILED_ENGINES)
     profiles.add_argument("--version", default=None, help="default: the newest in the database")
     profiles.add_argument("--systems-dir", default=None, help="default: the installed package's")
     profiles.add_argument("--out", default="app/catalog/data/profiles")

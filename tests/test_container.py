@@ -19,7 +19,7 @@ from tests.servers import served
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT_LIMIT_BYTES = 12 * 2**20
-"""The service and its data: about 8 MiB of it the bundled kernel profiles
+"""The service and its data: about 6 MiB of it the bundled kernel profiles (31, compressed)
 (app/catalog/data/profiles)."""
 
 

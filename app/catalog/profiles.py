@@ -1,16 +1,19 @@
 """Which profiles a GPU has, and the engine's `Profile` of each, cached per process.
 
 Bundled profiles are package data (`app/catalog/data/profiles/index.json` lists them; each
-document is parsed on first use); uploaded ones are rows of `profiles`. Documents never change
-once written, so a parsed profile is kept for the life of the process.
+document, gzip-compressed JSON, is parsed on first use); uploaded ones are rows of `profiles`.
+Documents never change once written, so a parsed profile is kept while it is among the most
+recently used (`PROFILES_KEPT`: one of the silicon database holds some 7 MiB of tables).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -27,6 +30,7 @@ __all__ = [
     "ProfileLibrary",
     "ProfileRef",
     "bundled_document",
+    "bundled_file",
     "bundled_refs",
     "choose_engine",
     "profile_refs",
@@ -34,10 +38,15 @@ __all__ = [
 ]
 
 
-def _data(name: str) -> str:
+def _data(name: str) -> bytes:
     return (
         resources.files("app.catalog").joinpath("data").joinpath("profiles").joinpath(name)
-    ).read_text()
+    ).read_bytes()
+
+
+def bundled_file(profile_id: str) -> str:
+    """The file name of a bundled profile's document."""
+    return f"{profile_id}.json.gz"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +78,14 @@ def bundled_refs() -> tuple[ProfileRef, ...]:
     )
 
 
-@cache
+PROFILES_KEPT = 8
+"""Parsed profiles a process keeps (and as many parsed documents): 8 x (7 + 4) MiB at most.
+Timers built from a profile keep it while they are kept (`app.targets.service`)."""
+
+
+@lru_cache(maxsize=PROFILES_KEPT)
 def bundled_document(profile_id: str) -> ProfileDocument:
-    return ProfileDocument.model_validate_json(_data(f"{profile_id}.json"))
+    return ProfileDocument.model_validate_json(gzip.decompress(_data(bundled_file(profile_id))))
 
 
 def profile_refs(session: Session, gpu_id: str) -> tuple[ProfileRef, ...]:
@@ -164,18 +178,22 @@ def choose_engine(
 
 
 class ProfileLibrary:
-    """Parsed profiles by id. Thread-safe; a stored profile is read from the database once."""
+    """Parsed profiles by id, the `PROFILES_KEPT` most recently used. Thread-safe."""
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
-        self._profiles: dict[str, Profile] = {}
+        self._profiles: OrderedDict[str, Profile] = OrderedDict()
         self._lock = threading.Lock()
 
     def cached(self, ref: ProfileRef) -> Profile | None:
-        return self._profiles.get(ref.id)
+        with self._lock:
+            found = self._profiles.get(ref.id)
+            if found is not None:
+                self._profiles.move_to_end(ref.id)
+            return found
 
     def profile(self, ref: ProfileRef) -> Profile:
-        found = self._profiles.get(ref.id)
+        found = self.cached(ref)
         if found is not None:
             return found
         if ref.bundled:
@@ -188,5 +206,7 @@ class ProfileLibrary:
                 document = ProfileDocument.model_validate(row.document, strict=False)
         profile = document.to_profile()
         with self._lock:
-            self._profiles.setdefault(ref.id, profile)
-        return profile
+            kept = self._profiles.setdefault(ref.id, profile)
+            while len(self._profiles) > PROFILES_KEPT:
+                self._profiles.popitem(last=False)
+        return kept

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping
+from datetime import date
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -222,6 +223,10 @@ class ProfileSource(BaseModel):
         default=None, description=("Where to find it.")
     )
     note: Text | None = Field(default=None, description="How the document was derived from it.")
+    published: date | None = Field(
+        default=None,
+        description="When the measurements were published (the data's date), where known.",
+    )
 
 
 _EXAMPLE: dict[str, Any] = {

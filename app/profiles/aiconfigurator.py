@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.engine.specs import GpuSpec
 from app.formats.profile_document import ProfileDocument, default_overhead, fit_tables
 
 __all__ = [
+    "AICONFIGURATOR_PUBLISHED",
     "AICONFIGURATOR_VERSION",
     "SYSTEMS",
     "import_profile",
@@ -34,6 +36,9 @@ __all__ = [
 AICONFIGURATOR_VERSION = "0.12.0"
 """The release of aiconfigurator-core the bundled profiles were made from (pinned in the
 `profiles` extra)."""
+AICONFIGURATOR_PUBLISHED = date(2026, 9, 18)
+"""When that release was published (PyPI's upload time of aiconfigurator-core 0.12.0): the
+date of the measurements it holds."""
 
 SYSTEMS: Mapping[str, str] = {
     "a100_sxm": "a100-sxm4-80gb",
@@ -86,22 +91,33 @@ def _round(value: float | None) -> float | None:
     return float(f"{value:.{_SIGNIFICANT}g}")
 
 
-def _version_dir(root: Path, op: str, engine: str, version: str | None) -> Path:
+def _version_dir(root: Path, op: str, engine: str, version: str | None, table: str) -> Path:
+    """The directory of `op`'s `table` measured under `engine` at `version` (default: the
+    newest), or under the newest older version that holds it: the database's own backward fill
+    (a version's directory may hold only a `reuse.yaml` that points back)."""
     backend = policy_of(engine).silicon_backend
     if backend is None:
         raise FileNotFoundError(f"the silicon database holds no {engine} data")
     base = root / op / backend
-    versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
+    dirs = [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
+    versions = sorted((p.name for p in dirs if (p / table).exists()), key=version_key)
     if not versions:
         raise FileNotFoundError(f"no {op} data for {engine} under {base}")
     chosen = version or versions[-1]
     if chosen not in versions:
-        # Older op tables serve newer engine versions (the database's own backward fill).
         older = [v for v in versions if version_key(v) <= version_key(chosen)]
         if not older:
             raise FileNotFoundError(f"no {op} data for {engine} {chosen} (have {versions})")
         chosen = older[-1]
     return base / chosen
+
+
+def _optional_dir(root: Path, op: str, engine: str, version: str, table: str) -> Path | None:
+    """`_version_dir`, or None where the database has no such table for the engine."""
+    try:
+        return _version_dir(root, op, engine, version, table)
+    except FileNotFoundError:
+        return None
 
 
 def _keep_fastest(cells: dict[Any, float], key: Any, latency: float) -> None:
@@ -225,6 +241,15 @@ def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return tables
 
 
+def _newest_version(data: Path, engine: str) -> str:
+    """The newest version the database has GEMM data (or a reuse of it) for."""
+    backend = policy_of(engine).silicon_backend
+    base = data / "gemm" / str(backend)
+    if backend is None or not base.is_dir():
+        raise FileNotFoundError(f"no gemm data for {engine} under {base}")
+    return max((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
+
+
 def import_profile(
     system: str,
     engine: str,
@@ -237,10 +262,13 @@ def import_profile(
     """The profile of `system` (an aiconfigurator system name) under `engine` at `version`
     (default: the newest whose GEMM table is there), for the catalog GPU `gpu`."""
     data = systems_dir(root) / "data" / system
-    gemm_dir = _version_dir(data, "gemm", engine, version)
-    chosen = version or gemm_dir.name
-    attention_dir = _version_dir(data, "attention", engine, chosen)
-    comm_dir = _version_dir(data, "comm", engine, chosen)
+    if version is None:
+        version = _newest_version(data, engine)
+    gemm_dir = _version_dir(data, "gemm", engine, version, "gemm_perf.parquet")
+    attention_dir = _version_dir(
+        data, "attention", engine, version, "context_attention_perf.parquet"
+    )
+    comm_dir = _optional_dir(data, "comm", engine, version, "custom_allreduce_perf.parquet")
     gemm = _gemm_tables(_rows(gemm_dir / "gemm_perf.parquet"))
     prefill = _attention_tables(
         _rows(attention_dir / "context_attention_perf.parquet"), decode=False
@@ -248,13 +276,12 @@ def import_profile(
     decode = _attention_tables(
         _rows(attention_dir / "generation_attention_perf.parquet"), decode=True
     )
-    all_reduce_path = comm_dir / "custom_allreduce_perf.parquet"
-    all_reduce = _all_reduce_table(_rows(all_reduce_path)) if all_reduce_path.exists() else None
-    try:
-        moe_dir = _version_dir(data, "moe", engine, chosen)
-        moe = _moe_tables(_rows(moe_dir / "moe_perf.parquet"))
-    except FileNotFoundError:
-        moe_dir, moe = None, []
+    all_reduce = (
+        _all_reduce_table(_rows(comm_dir / "custom_allreduce_perf.parquet")) if comm_dir else None
+    )
+    moe_dir = _optional_dir(data, "moe", engine, version, "moe_perf.parquet")
+    moe = _moe_tables(_rows(moe_dir / "moe_perf.parquet")) if moe_dir else []
+    chosen = version
     document: dict[str, Any] = {
         "id": f"{gpu.id}-{engine}-{chosen}",
         "gpu": gpu.id,
@@ -266,10 +293,12 @@ def import_profile(
                 f"NVIDIA aiconfigurator-core {AICONFIGURATOR_VERSION} silicon database, system "
                 f"{system}, {engine} {chosen}"
             ),
-            "url": "https://pypi.org/project/aiconfigurator-core/",
+            "url": f"https://pypi.org/project/aiconfigurator-core/{AICONFIGURATOR_VERSION}/",
+            "published": AICONFIGURATOR_PUBLISHED.isoformat(),
             "note": (
                 f"gemm from {gemm_dir.relative_to(data)}, attention from "
-                f"{attention_dir.relative_to(data)}, all-reduce from {comm_dir.relative_to(data)}, "
+                f"{attention_dir.relative_to(data)}, all-reduce from "
+                f"{comm_dir.relative_to(data) if comm_dir else 'none'}, "
                 f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}; "
                 "M at powers of two, attention without a window, experts without expert "
                 f"parallelism at routing skew {_MOE_DISTRIBUTION}, fastest kernel per shape; "

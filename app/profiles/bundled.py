@@ -1,17 +1,25 @@
-"""Writing the bundled profiles: a document per (GPU, engine, version) in
+"""Writing the bundled profiles: a gzip-compressed document per (GPU, engine, version) in
 `app/catalog/data/profiles/`, and `index.json`, which lists them (what
-`app.catalog.profiles.bundled_refs` reads)."""
+`app.catalog.profiles.bundled_refs` reads).
+
+`write_all_bundled` writes every system x engine x version of the pinned silicon database for
+the catalog's GPUs (`ridgeline import-profiles aiconfigurator --all`); each GPU's default is the
+newest profile of the engine whose policy says so (`EnginePolicy.bundled_default`)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from importlib import resources
 from pathlib import Path
 
+from app.catalog.profiles import bundled_file, version_key
+from app.engine.serving import EngineName, policy_of
 from app.formats.catalog_specs import gpu_spec_from_fields
-from app.profiles.aiconfigurator import SYSTEMS, import_profile
+from app.formats.profile_document import ProfileDocument
+from app.profiles.aiconfigurator import SYSTEMS, import_profile, systems_dir
 
-__all__ = ["write_bundled_profile"]
+__all__ = ["bundled_versions", "write_all_bundled", "write_bundled_profile"]
 
 
 def _catalog_gpu(gpu_id: str) -> dict[str, object]:
@@ -21,6 +29,33 @@ def _catalog_gpu(gpu_id: str) -> dict[str, object]:
             found: dict[str, object] = entry
             return found
     raise KeyError(f"the bundled catalog has no GPU {gpu_id}")
+
+
+def _write_document(document: ProfileDocument, out: Path) -> Path:
+    """The document as gzip-compressed JSON, byte-identical for identical documents."""
+    path = out / bundled_file(document.id)
+    data = (document.model_dump_json(exclude_none=True) + "\n").encode()
+    path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    return path
+
+
+def _index_entry(document: ProfileDocument) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "id": document.id,
+        "gpu": document.gpu,
+        "engine": str(document.engine),
+        "version": document.version,
+        "default": document.default,
+        "source": document.source.title,
+    }
+    if document.source.published is not None:
+        entry["published"] = document.source.published.isoformat()
+    return entry
+
+
+def _write_index(out: Path, entries: list[dict[str, object]]) -> None:
+    index = {"profiles": sorted(entries, key=lambda e: str(e["id"]))}
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
 def write_bundled_profile(
@@ -37,8 +72,7 @@ def write_bundled_profile(
     gpu = gpu_spec_from_fields(_catalog_gpu(SYSTEMS[system]))
     document = import_profile(system, backend, gpu, version=version, root=systems, default=default)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{document.id}.json"
-    path.write_text(document.model_dump_json() + "\n")
+    path = _write_document(document, out)
     index_path = out / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"profiles": []}
     entries = [e for e in index["profiles"] if e["id"] != document.id]
@@ -46,16 +80,49 @@ def write_bundled_profile(
         for entry in entries:
             if entry["gpu"] == document.gpu:
                 entry["default"] = False
-    entries.append(
-        {
-            "id": document.id,
-            "gpu": document.gpu,
-            "engine": document.engine,
-            "version": document.version,
-            "default": document.default,
-            "source": document.source.title,
-        }
-    )
-    index["profiles"] = sorted(entries, key=lambda e: e["id"])
-    index_path.write_text(json.dumps(index, indent=2) + "\n")
+    _write_index(out, [*entries, _index_entry(document)])
     return path
+
+
+def bundled_versions(systems: Path | None = None) -> list[tuple[str, str, str]]:
+    """(system, engine, version) for every catalog GPU's system, engine and version whose GEMM
+    table the silicon database holds, in order."""
+    data = systems_dir(systems) / "data"
+    found = []
+    for system in sorted(SYSTEMS):
+        for engine in EngineName:
+            backend = policy_of(engine).silicon_backend
+            base = data / system / "gemm" / str(backend)
+            if backend is None or not base.is_dir():
+                continue
+            versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
+            found += [(system, engine.value, version) for version in versions]
+    return found
+
+
+def write_all_bundled(systems: Path | None = None, *, out: Path) -> list[Path]:
+    """Every profile `bundled_versions` lists whose attention is measured too (at that version
+    or an older one: SGLang 0.5.6.post2 on H100 has GEMMs only), replacing what `out` held;
+    each GPU's newest profile of the `bundled_default` engine is its default."""
+    chosen = bundled_versions(systems)
+    newest: dict[str, tuple[str, str]] = {}
+    for system, engine, version in chosen:
+        if policy_of(engine).bundled_default:
+            newest[system] = (engine, version)  # in version order: the last is the newest
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("*.json.gz"), *out.glob("*.json")]:
+        stale.unlink()
+    paths, entries = [], []
+    for system, engine, version in chosen:
+        gpu = gpu_spec_from_fields(_catalog_gpu(SYSTEMS[system]))
+        default = newest.get(system) == (engine, version)
+        try:
+            document = import_profile(
+                system, engine, gpu, version=version, root=systems, default=default
+            )
+        except FileNotFoundError:
+            continue
+        paths.append(_write_document(document, out))
+        entries.append(_index_entry(document))
+    _write_index(out, entries)
+    return paths

@@ -16,6 +16,8 @@ from tests.conftest import AUTH
 FIXED_1K = {"p50": 1024, "p90": 1024, "p99": 1024}
 FIXED_128 = {"p50": 128, "p90": 128, "p99": 128}
 TARGET = {"model": "llama-3-8b", "gpu": "b200-sxm-180gb"}
+UNMEASURED = "h100-pcie-80gb"
+"""A GPU the silicon database has no tables for: no bundled profile of any engine."""
 ROUTES: dict[str, dict[str, Any]] = {
     "/v1/estimates/prefill": TARGET | {"prompt_tokens": 1024},
     "/v1/estimates/decode": TARGET | {"batch_size": 8, "context_tokens": 1024},
@@ -75,11 +77,11 @@ def test_an_unknown_release_is_the_same_422_on_every_route(
 def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
     client: TestClient,
 ) -> None:
-    """The B200 has only a vLLM profile: TensorRT-LLM's scheduler (2,048 sequences, 8,192
-    tokens, no chunked prefill, whole prompts beside the decodes) is simulated, the steps timed
-    by the roofline, and the answer says so."""
+    """The H100 PCIe has no profile: TensorRT-LLM's scheduler (2,048 sequences, 8,192 tokens, no
+    chunked prefill, whole prompts beside the decodes) is simulated, the steps timed by the
+    roofline, and the answer says so."""
     body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "trtllm"}
-    answer = client.post("/v1/simulations", json=body).json()
+    answer = client.post("/v1/simulations", json=body | {"gpu": UNMEASURED}).json()
     assert answer["target"]["engine"] == "trtllm@1.3.0rc23"  # its newest release modelled
     assert answer["target"]["basis"] == {
         "all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"
@@ -93,11 +95,15 @@ def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
         "num_scheduler_steps": 1,
     }
     assert any("has no trtllm@1.3.0rc23 profile" in w for w in answer["warnings"])
-    # The same engine where it has a profile (the H100's): timed by it, no warning.
+    # The same engine where it has profiles: the newest times it, without a warning (the
+    # B200's 1.3.0rc23; the H100's only one is 1.3.0rc20).
+    on_b200 = client.post("/v1/simulations", json=body).json()
+    assert on_b200["target"]["engine"] == "trtllm@1.3.0rc23"
+    assert on_b200["target"]["basis"]["gemm"] == "profile b200-sxm-180gb trtllm@1.3.0rc23"
+    assert not any("profile" in w for w in on_b200["warnings"])
     on_h100 = client.post("/v1/simulations", json=body | {"gpu": "h100-sxm5-80gb"}).json()
     assert on_h100["target"]["engine"] == "trtllm@1.3.0rc20"
     assert on_h100["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb trtllm@1.3.0rc20"
-    assert not any("profile" in w for w in on_h100["warnings"])
 
 
 def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
@@ -176,7 +182,7 @@ def test_every_target_field_changes_the_kept_target_key() -> None:
 
 
 def _trtllm_plan(client: TestClient, full: bool) -> dict[str, Any]:
-    body = copy.deepcopy(ROUTES["/v1/plans"]) | {"engine": "trtllm"}
+    body = copy.deepcopy(ROUTES["/v1/plans"]) | {"engine": "trtllm", "gpus": [UNMEASURED]}
     params = {"detail": "full"} if full else {}
     response = client.post("/v1/plans", json=body, headers=AUTH, params=params)
     assert response.status_code == 201, response.text
@@ -188,7 +194,7 @@ def _trtllm_plan(client: TestClient, full: bool) -> dict[str, Any]:
 def test_a_plan_simulates_the_engine_it_is_asked_for_and_says_so(
     client: TestClient, full: bool
 ) -> None:
-    """TensorRT-LLM on a B200 (no TensorRT-LLM profile there): every candidate runs its own
+    """TensorRT-LLM on an H100 PCIe (no profile there): every candidate runs its own
     scheduler (2,048 sequences, 8,192 tokens, prompts whole: its 1.0 defaults), names the
     release simulated and what timed it, and carries the warning the estimates carry."""
     answer = _trtllm_plan(client, full)
@@ -244,7 +250,7 @@ def test_a_plan_tries_the_engines_budget_and_a_quarter_of_it(client: TestClient)
 
 
 def test_capacity_runs_the_engines_scheduler_and_says_what_timed_it(client: TestClient) -> None:
-    body = copy.deepcopy(ROUTES["/v1/capacity"]) | {"engine": "trtllm"}
+    body = copy.deepcopy(ROUTES["/v1/capacity"]) | {"engine": "trtllm", "gpu": UNMEASURED}
     response = client.post("/v1/capacity", json=body, headers=AUTH)
     assert response.status_code == 200, response.text
     answer = response.json()

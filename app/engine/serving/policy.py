@@ -78,6 +78,9 @@ class EnginePolicy:
     itself."""
     helm_chart: bool = False
     """Whether the production-stack Helm chart (`app.deployments`' helm target) serves it."""
+    bundled_default: bool = False
+    """Whether its newest bundled profile is each GPU's default profile, the engine a request
+    that names none is timed under (vLLM: the engine most deployments run)."""
     silicon_backend: str | None = None
     """Its directory in aiconfigurator-core's silicon database
     (`systems/data/<system>/<op family>/<backend>/<version>/`); None: it has none."""

@@ -61,6 +61,7 @@ class VllmPolicy(EnginePolicy):
     image = "vllm/vllm-openai"
     helm_chart = True
     silicon_backend = "vllm"
+    bundled_default = True
     overhead = DefaultOverhead(
         step_ms=1.0,
         per_sequence_ms=0.005,
