@@ -107,14 +107,12 @@ class GemmTable(_Table):
         return Grid((tuple(self.m), tuple(self.n), tuple(self.k)), tuple(self.ms))
 
 
-class AttentionTableDoc(_Table):
-    """Attention of one head layout (per GPU) with one KV-cache format: ms by (batch, tokens);
-    tokens is the prompt length (prefill, causal) or the context (decode)."""
+class _BatchTokensTable(_Table):
+    """A layer's time by (batch, tokens): tokens is each sequence's prompt length (prefill,
+    causal) or context (decode)."""
 
     kv_dtype: ComputeFormat = Field(description="KV-cache format.")
     heads: int = Field(gt=0, le=1024, description="Query heads on the GPU.")
-    kv_heads: int = Field(gt=0, le=1024, description="KV heads on the GPU.")
-    head_dim: int = Field(gt=0, le=1024, description="Per-head width.")
     batch: Axis = Field(description="Sequences attended together.")
     tokens: Axis = Field(description="Prompt length (prefill) or context (decode) of each.")
     ms: Cells = Field(
@@ -124,12 +122,24 @@ class AttentionTableDoc(_Table):
     @model_validator(mode="after")
     def _shape(self) -> Self:
         self._check([self.batch, self.tokens], self.ms, "batch x tokens")
-        if self.heads % self.kv_heads:
-            raise ValueError("heads: must be a multiple of kv_heads")
         return self
 
     def grid(self) -> Grid:
         return Grid((tuple(self.batch), tuple(self.tokens)), tuple(self.ms))
+
+
+class AttentionTableDoc(_BatchTokensTable):
+    """Attention of one head layout (per GPU) with one KV-cache format: ms by (batch, tokens);
+    tokens is the prompt length (prefill, causal) or the context (decode)."""
+
+    kv_heads: int = Field(gt=0, le=1024, description="KV heads on the GPU.")
+    head_dim: int = Field(gt=0, le=1024, description="Per-head width.")
+
+    @model_validator(mode="after")
+    def _grouped(self) -> Self:
+        if self.heads % self.kv_heads:
+            raise ValueError("heads: must be a multiple of kv_heads")
+        return self
 
     def table(self) -> AttentionTable:
         return AttentionTable(self.heads, self.kv_heads, self.head_dim, self.grid())
@@ -175,6 +185,18 @@ class MoeTableDoc(_Table):
 
     def key(self) -> tuple[DType, int, int, int, int, int]:
         return (self.dtype, self.hidden, self.inter, self.topk, self.experts, self.tp)
+
+
+class MlaModuleTableDoc(_BatchTokensTable):
+    """DeepSeek-V3's whole MLA attention module on one GPU (its projections, the latent
+    expansion or absorption, the attention kernel, the output projection: hidden 7,168, q rank
+    1,536, KV rank 512, 128 + 64 query-key and 128 value widths per head), one layer, ms by
+    (batch, tokens); tokens is each prompt's length (prefill) or context (decode)."""
+
+    weight_dtype: ComputeFormat = Field(description="The projections' weight format.")
+
+    def key(self) -> tuple[DType, DType, int]:
+        return (self.kv_dtype, self.weight_dtype, self.heads)
 
 
 class OverheadDoc(BaseModel):
@@ -307,6 +329,16 @@ class ProfileDocument(BaseModel):
         max_length=4096,
         description="Routed-expert tables, one per MoE layer shape and tensor-parallel degree.",
     )
+    prefill_mla: list[MlaModuleTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description="DeepSeek-V3's MLA module in prefill, one per format pair and heads per GPU.",
+    )
+    decode_mla: list[MlaModuleTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description="DeepSeek-V3's MLA module in decode, one per format pair and heads per GPU.",
+    )
 
     @model_validator(mode="after")
     def _a_modelled_release(self) -> Self:
@@ -347,6 +379,8 @@ class ProfileDocument(BaseModel):
             decode_attention={k: tuple(v) for k, v in decode.items()},
             all_reduce=self.all_reduce.grid() if self.all_reduce else None,
             moe={table.key(): table.grid() for table in self.moe},
+            prefill_mla={table.key(): table.grid() for table in self.prefill_mla},
+            decode_mla={table.key(): table.grid() for table in self.decode_mla},
             residual_pct=dict(self.residual_pct),
             source=self.source.title,
         )

@@ -144,6 +144,17 @@ def _gemm_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return tables
 
 
+def _batch_token_grid(cells: Mapping[tuple[float, float], float]) -> dict[str, Any] | None:
+    """The `batch`, `tokens` and `ms` of a table measured at `cells`, or None where too few
+    batches (2) or lengths (4) were measured to interpolate."""
+    batches = sorted({b for b, _ in cells})
+    lengths = sorted({n for _, n in cells})
+    if len(batches) < 2 or len(lengths) < 4:
+        return None
+    ms = [_round(cells.get((b, n))) for b in batches for n in lengths]
+    return {"batch": batches, "tokens": lengths, "ms": ms}
+
+
 def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
     layouts: dict[tuple[DType, int, int, int], dict[tuple[float, float], float]] = defaultdict(dict)
     for row in rows:
@@ -158,11 +169,8 @@ def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[d
         _keep_fastest(layouts[key], cell, row["latency"])
     tables = []
     for (kv_dtype, heads, kv_heads, head_dim), cells in sorted(layouts.items()):
-        if heads % kv_heads:
-            continue
-        batches = sorted({b for b, _ in cells})
-        lengths = sorted({n for _, n in cells})
-        if len(batches) < 2 or len(lengths) < 4:
+        grid = _batch_token_grid(cells)
+        if heads % kv_heads or grid is None:
             continue
         tables.append(
             {
@@ -170,9 +178,7 @@ def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[d
                 "heads": heads,
                 "kv_heads": kv_heads,
                 "head_dim": head_dim,
-                "batch": batches,
-                "tokens": lengths,
-                "ms": [_round(cells.get((b, n))) for b in batches for n in lengths],
+                **grid,
             }
         )
     return tables
@@ -241,6 +247,38 @@ def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return tables
 
 
+_MLA_MODEL = "deepseek-ai/DeepSeek-V3"
+"""The model whose MLA module the database measures (its shape: `MlaModuleTableDoc`)."""
+
+
+def _mla_module_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
+    """DeepSeek-V3's MLA module per layer by (batch, tokens), per (KV format, weight format,
+    heads on the GPU); the fastest attention backend per shape (the engine picks its best)."""
+    layouts: dict[tuple[DType, DType, int], dict[tuple[float, float], float]] = defaultdict(dict)
+    for row in rows:
+        kv_dtype, weight_dtype = _DTYPES.get(row["kv_cache_dtype"]), _DTYPES.get(row["gemm_type"])
+        if kv_dtype is None or weight_dtype is None or row["model"] != _MLA_MODEL:
+            continue
+        if row["mla_dtype"] != "bfloat16" or row.get("tp_size", 1) != 1:
+            continue
+        tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
+        cell = (float(row["batch_size"]), tokens)
+        _keep_fastest(layouts[(kv_dtype, weight_dtype, row["num_heads"])], cell, row["latency"])
+    tables = []
+    for (kv_dtype, weight_dtype, heads), cells in sorted(layouts.items()):
+        grid = _batch_token_grid(cells)
+        if grid is not None:
+            tables.append(
+                {
+                    "kv_dtype": kv_dtype.value,
+                    "weight_dtype": weight_dtype.value,
+                    "heads": heads,
+                    **grid,
+                }
+            )
+    return tables
+
+
 def _newest_version(data: Path, engine: str) -> str:
     """The newest version the database has GEMM data (or a reuse of it) for."""
     backend = policy_of(engine).silicon_backend
@@ -281,6 +319,15 @@ def import_profile(
     )
     moe_dir = _optional_dir(data, "moe", engine, version, "moe_perf.parquet")
     moe = _moe_tables(_rows(moe_dir / "moe_perf.parquet")) if moe_dir else []
+    mla_dir = _optional_dir(data, "mla", engine, version, "mla_generation_module_perf.parquet")
+    prefill_mla, decode_mla = [], []
+    if mla_dir is not None:
+        decode_mla = _mla_module_tables(
+            _rows(mla_dir / "mla_generation_module_perf.parquet"), decode=True
+        )
+        context = mla_dir / "mla_context_module_perf.parquet"
+        if context.exists():
+            prefill_mla = _mla_module_tables(_rows(context), decode=False)
     chosen = version
     document: dict[str, Any] = {
         "id": f"{gpu.id}-{engine}-{chosen}",
@@ -299,7 +346,8 @@ def import_profile(
                 f"gemm from {gemm_dir.relative_to(data)}, attention from "
                 f"{attention_dir.relative_to(data)}, all-reduce from "
                 f"{comm_dir.relative_to(data) if comm_dir else 'none'}, "
-                f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}; "
+                f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}, "
+                f"MLA module from {mla_dir.relative_to(data) if mla_dir else 'none'}; "
                 "M at powers of two, attention without a window, experts without expert "
                 f"parallelism at routing skew {_MOE_DISTRIBUTION}, fastest kernel per shape; "
                 f"latencies rounded to {_SIGNIFICANT} significant digits. Apache-2.0."
@@ -311,6 +359,8 @@ def import_profile(
         "decode_attention": decode,
         "all_reduce": all_reduce,
         "moe": moe,
+        "prefill_mla": prefill_mla,
+        "decode_mla": decode_mla,
     }
     document["fitted"], document["residual_pct"] = fit_tables(document, gpu)
     return ProfileDocument.model_validate(document, strict=False)

@@ -119,7 +119,11 @@ def test_capacity_agrees_with_the_planner_and_with_simulations(client: TestClien
     assert answer["replicas"] == math.ceil(40 * 1.2 / rate) == 4
 
 
-def test_repeats_come_from_the_cache_and_prometheus_text_agrees(client: TestClient) -> None:
+def test_repeats_come_from_the_cache_and_prometheus_text_agrees(
+    fresh_client: TestClient,
+) -> None:
+    # An app of its own: the session's shared app keeps the series other tests scraped.
+    client = fresh_client
     first = client.post("/v1/capacity", json=CAPACITY).json()
     # The observed rate and headroom only shape the answer: the same simulated rate.
     other = client.post(

@@ -259,7 +259,7 @@ def test_bundled_moe_tables_reproduce_their_source_points(profile_id: str) -> No
     document = bundled_document(profile_id)
     profile = document.to_profile()
     note = document.source.note or ""
-    moe_dir = Path(note.split("moe from ")[1].split(";")[0])
+    moe_dir = Path(note.split("moe from ")[1].split(",")[0])
     data = systems_dir() / "data" / _SYSTEMS[document.gpu]
     fastest: dict[tuple[Any, ...], float] = {}
     for row in pq.read_table(data / moe_dir / "moe_perf.parquet").to_pylist():
@@ -281,3 +281,54 @@ def test_bundled_moe_tables_reproduce_their_source_points(profile_id: str) -> No
         hidden, inter, topk, experts, tp, tokens = key
         grid = profile.moe[(DType.BF16, hidden, inter, topk, experts, tp)]
         assert grid.at(tokens) == pytest.approx(fastest[key], rel=0.02)
+
+
+def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
+    client: TestClient,
+) -> None:
+    """DeepSeek-V3 at tp 8 on a B200 under TensorRT-LLM (fp8-block weights, bf16 KV): each
+    decode step's attention is 61 layers of the MLA module measured at 16 heads a GPU, read
+    back from aiconfigurator-core's own table (generation module, batch 8, context 1,025 =
+    isl 1,024 + step 1) within 2 %; QKV and O cost nothing apart (the module holds them), and
+    the answer says what timed it."""
+    from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
+    from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
+    from app.engine.specs import Deployment  # noqa: PLC0415
+    from app.formats.catalog_specs import (  # noqa: PLC0415
+        gpu_spec_from_fields,
+        model_spec_from_fields,
+    )
+
+    rows = pq.read_table(
+        systems_dir() / "data/b200_sxm/mla/trtllm/1.3.0rc20/mla_generation_module_perf.parquet"
+    ).to_pylist()
+    measured = min(
+        r["latency"]
+        for r in rows
+        if (r["num_heads"], r["batch_size"], r["isl"] + r["step"]) == (16, 8, 1025)
+        and (r["kv_cache_dtype"], r["gemm_type"]) == ("bfloat16", "fp8_block")
+    )
+    deployment = Deployment(
+        tp=8, weight_dtype=DType.FP8_BLOCK, kv_dtype=DType.BF16, activation_dtype=DType.BF16
+    )
+    profile = bundled_document("b200-sxm-180gb-trtllm-1.3.0rc23").to_profile()
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "deepseek-v3"))
+    gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == "b200-sxm-180gb"))
+    cost = ProfiledStepCost(model, gpu, deployment, profile)
+    compute_s, memory_s = cost.decode_attention.parts(8, 8 * 1025)
+    assert max(compute_s, memory_s) == pytest.approx(61 * measured / 1000, rel=0.02)
+    assert cost.qkv.parts(8) == (0.0, 0.0)
+    assert cost.o.parts(8) == (0.0, 0.0)
+    body = {
+        "model": "deepseek-v3",
+        "gpu": "b200-sxm-180gb",
+        "engine": "trtllm",
+        "tp": 8,
+        "kv_dtype": "bf16",
+        "batch_size": 8,
+        "context_tokens": 1025,
+    }
+    answer = client.post("/v1/estimates/decode", json=body).json()
+    label = "profile b200-sxm-180gb trtllm@1.3.0rc23"
+    assert answer["target"]["basis"]["decode_attention"] == label
+    assert answer["target"]["basis"]["prefill_attention"] == label

@@ -86,6 +86,11 @@ class Profile:
     moe: Mapping[tuple[DType, int, int, int, int, int], Grid] = field(default_factory=dict)
     """Routed experts of one MoE layer, milliseconds by tokens, keyed by (weight format, hidden,
     expert width, experts per token, experts, tp)."""
+    prefill_mla: Mapping[tuple[DType, DType, int], Grid] = field(default_factory=dict)
+    """DeepSeek-V3's whole MLA module (projections, attention, output projection), one layer,
+    milliseconds by (batch, prompt tokens), keyed by (KV format, weight format, heads per GPU)."""
+    decode_mla: Mapping[tuple[DType, DType, int], Grid] = field(default_factory=dict)
+    """The same in decode: milliseconds by (batch, context tokens)."""
     residual_pct: Mapping[str, float] = field(default_factory=dict)
     """Per op family: RMS relative error of the interpolation against held-out measurements."""
     source: str = ""

@@ -14,6 +14,7 @@ Per GPU of the tensor-parallel group, a step takes
     sum over layers of GEMM(M, N, K) for QKV, O and the FFN      (N split across tp)
     + GEMM(sequences, vocab / tp, d)                              (the LM head)
     + layers x attention(batch, tokens) of the heads on this GPU
+      (DeepSeek-V3-shaped MLA: layers x the MLA module(batch, tokens), its projections with it)
     + 2 x layers x all-reduce(tokens x d x 2 bytes, tp)
     + the MoE router by the roofline; routed experts from the profile's fused-MoE table of the
       layer shape (tokens, hidden, expert width, top-k, experts, tp), else the roofline
@@ -32,7 +33,7 @@ import math
 from collections.abc import Mapping
 
 from app.engine.dtypes import DType
-from app.engine.ops import Overhead
+from app.engine.ops import LinearOp, Overhead
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.measured import (
     MEMO_ENTRIES,
@@ -104,8 +105,9 @@ class ProfiledStepCost(StepCostModel):
         self.memo_entries = memo_entries
         """Shapes each of its measured op classes remembers (`measured.MEMO_ENTRIES`)."""
         self.given_efficiency = efficiency
-        # MLA's projections and attention kernels are not the GQA shapes the tables hold: the
-        # roofline fitted to the profile times them.
+        # MLA's projections and attention are not the GQA shapes the GEMM and attention tables
+        # hold: DeepSeek-V3's are timed by the MLA module tables where the profile has them,
+        # other MLA shapes by the roofline fitted to the profile.
         mla = model.mla is not None
         measured: set[OpFamily] = set()
         if self._measure_gemms(mla):
@@ -116,6 +118,10 @@ class ProfiledStepCost(StepCostModel):
             measured.add(OpFamily.MOE)
         if not mla:
             measured |= self._measure_attention()
+        elif self._measure_mla_module():
+            measured |= {OpFamily.PREFILL_ATTENTION, OpFamily.DECODE_ATTENTION}
+            if isinstance(self.lm_head, MeasuredLinear):
+                measured.add(OpFamily.GEMM)
         if self._measure_all_reduce():
             measured.add(OpFamily.COMMUNICATION)
         overhead = profile.overhead
@@ -196,6 +202,31 @@ class ProfiledStepCost(StepCostModel):
             measured.add(OpFamily.DECODE_ATTENTION)
         return measured
 
+    def _measure_mla_module(self) -> bool:
+        """DeepSeek-V3's MLA (Kimi K2's too: the same widths, fewer heads) from the profile's
+        module tables of its formats and heads per GPU: a layer's projections and attention
+        together, prefill and decode, so QKV and O cost nothing apart. Whether it was."""
+        model, deployment = self.model, self.deployment
+        if not _deepseek_v3_mla(model):
+            return False
+        weight = deployment.weight_dtype
+        if weight is DType.FP8:
+            weight = DType.FP8_BLOCK  # one GEMM rate and size; the tables measure the block form
+        key = (deployment.kv_dtype, weight, model.num_attention_heads // deployment.tp)
+        prefill, decode = self.profile.prefill_mla.get(key), self.profile.decode_mla.get(key)
+        if prefill is None or decode is None:
+            return False
+        layers = model.num_layers
+        self.prefill_attention = MeasuredPrefillAttention(
+            self.prefill_attention, prefill, 1.0, layers, self.memo_entries
+        )
+        self.decode_attention = MeasuredDecodeAttention(
+            self.decode_attention, decode, 1.0, layers, self.memo_entries
+        )
+        self.qkv = LinearOp(self.qkv.op_class, 0.0, 0.0, 0.0)
+        self.o = LinearOp(self.o.op_class, 0.0, 0.0, 0.0)
+        return True
+
     def _measure_all_reduce(self) -> bool:
         """The tensor-parallel all-reduces from the table at the group's size, where it has
         it."""
@@ -242,6 +273,19 @@ class ProfiledStepCost(StepCostModel):
 _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
 """Weight formats of the same size and compute, whose tables stand in for each other (the
 per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
+
+
+def _deepseek_v3_mla(model: ModelSpec) -> bool:
+    """Whether the model's attention has the widths of the MLA module the silicon database
+    measures (DeepSeek-V3's: hidden 7,168, q rank 1,536, KV rank 512, rope 64, nope 128, v
+    128), whatever its head count."""
+    mla = model.mla
+    return (
+        mla is not None
+        and model.hidden_size == 7168
+        and (mla.q_lora_rank, mla.kv_lora_rank) == (1536, 512)
+        and (mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) == (64, 128, 128)
+    )
 
 
 def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
