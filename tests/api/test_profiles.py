@@ -294,6 +294,7 @@ def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
     from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
     from app.engine.specs import Deployment  # noqa: PLC0415
+    from app.engine.step_cost import StepCostModel  # noqa: PLC0415
     from app.formats.catalog_specs import (  # noqa: PLC0415
         gpu_spec_from_fields,
         model_spec_from_fields,
@@ -319,6 +320,15 @@ def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     assert max(compute_s, memory_s) == pytest.approx(61 * measured / 1000, rel=0.02)
     assert cost.qkv.parts(8) == (0.0, 0.0)
     assert cost.o.parts(8) == (0.0, 0.0)
+    # Beyond the table's longest context (131,072): the roofline's attention with the
+    # roofline's projections, which the zeroed QKV and O no longer count.
+    roofline = StepCostModel(model, gpu, deployment, profile.fitted)
+    beyond = cost.decode_attention.parts(1, 150_000)
+    attention = roofline.decode_attention.parts(1, 150_000)
+    qkv, o = roofline.qkv.parts(1), roofline.o.parts(1)
+    assert qkv[1] > 0 and o[1] > 0
+    assert beyond[0] == pytest.approx(attention[0] + qkv[0] + o[0], rel=1e-9)
+    assert beyond[1] == pytest.approx(attention[1] + qkv[1] + o[1], rel=1e-9)
     body = {
         "model": "deepseek-v3",
         "gpu": "b200-sxm-180gb",

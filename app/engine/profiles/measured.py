@@ -74,6 +74,17 @@ def _measured(compute_s: float, memory_s: float, seconds: float) -> tuple[float,
     return bound_side(compute_s, memory_s, seconds)
 
 
+def _with(
+    ops: list[LinearOp], rows: float, compute_s: float, memory_s: float
+) -> tuple[float, float]:
+    """(compute s, memory s) with the roofline's of `ops` over `rows` added."""
+    for op in ops:
+        op_compute_s, op_memory_s = op.parts(rows)
+        compute_s += op_compute_s
+        memory_s += op_memory_s
+    return compute_s, memory_s
+
+
 class MeasuredLinear(LinearOp):
     """A GEMM op class read from its curve over rows (all layers, seconds)."""
 
@@ -145,6 +156,9 @@ class MeasuredPrefillAttention(PrefillAttention):
         self.layers = layers
         self.memo: dict[tuple[float, int], float] = {}
         self.memo_entries = memo_entries
+        self.projections: list[LinearOp] = []
+        """Linear op classes the table's time includes (a module table): the roofline's, over
+        the step's tokens, joins the roofline's attention where the table does not reach."""
 
     def parts(
         self, tokens: float, chunks: float, pairs: float, kv_tokens: float
@@ -160,6 +174,8 @@ class MeasuredPrefillAttention(PrefillAttention):
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
             if len(self.memo) < self.memo_entries:
                 self.memo[key] = seconds
+        if seconds < 0.0:
+            return _with(self.projections, tokens, compute_s, memory_s)
         return _measured(compute_s, memory_s, seconds)
 
 
@@ -187,6 +203,8 @@ class MeasuredDecodeAttention(DecodeAttention):
         self.layers = layers
         self.memo: dict[tuple[float, int], float] = {}
         self.memo_entries = memo_entries
+        self.projections: list[LinearOp] = []
+        """As `MeasuredPrefillAttention.projections`, over the step's sequences."""
 
     def parts(self, sequences: float, context_tokens: float) -> tuple[float, float]:
         compute_s, memory_s = DecodeAttention.parts(self, sequences, context_tokens)
@@ -198,6 +216,8 @@ class MeasuredDecodeAttention(DecodeAttention):
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
             if len(self.memo) < self.memo_entries:
                 self.memo[key] = seconds
+        if seconds < 0.0:
+            return _with(self.projections, sequences, compute_s, memory_s)
         return _measured(compute_s, memory_s, seconds)
 
 

@@ -217,12 +217,15 @@ class ProfiledStepCost(StepCostModel):
         if prefill is None or decode is None:
             return False
         layers = model.num_layers
-        self.prefill_attention = MeasuredPrefillAttention(
+        prefill_op = MeasuredPrefillAttention(
             self.prefill_attention, prefill, 1.0, layers, self.memo_entries
         )
-        self.decode_attention = MeasuredDecodeAttention(
+        decode_op = MeasuredDecodeAttention(
             self.decode_attention, decode, 1.0, layers, self.memo_entries
         )
+        # The roofline's projections join the roofline's attention where a table does not reach.
+        prefill_op.projections = decode_op.projections = [self.qkv, self.o]
+        self.prefill_attention, self.decode_attention = prefill_op, decode_op
         self.qkv = LinearOp(self.qkv.op_class, 0.0, 0.0, 0.0)
         self.o = LinearOp(self.o.op_class, 0.0, 0.0, 0.0)
         return True
