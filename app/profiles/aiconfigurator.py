@@ -29,6 +29,7 @@ __all__ = [
     "AICONFIGURATOR_PUBLISHED",
     "AICONFIGURATOR_VERSION",
     "SYSTEMS",
+    "engine_versions",
     "import_profile",
     "systems_dir",
 ]
@@ -91,25 +92,29 @@ def _round(value: float | None) -> float | None:
     return float(f"{value:.{_SIGNIFICANT}g}")
 
 
-def _version_dir(root: Path, op: str, engine: str, version: str | None, table: str) -> Path:
-    """The directory of `op`'s `table` measured under `engine` at `version` (default: the
-    newest), or under the newest older version that holds it: the database's own backward fill
-    (a version's directory may hold only a `reuse.yaml` that points back)."""
+def engine_versions(data: Path, op: str, engine: str, table: str | None = None) -> list[str]:
+    """The versions, oldest first, under which the system's database (`data`: its
+    `systems/data/<system>` folder) holds `op` for `engine`; with `table`, only those whose
+    directory holds that file (a version's directory may hold only a `reuse.yaml` pointing back
+    to an older one)."""
     backend = policy_of(engine).silicon_backend
-    if backend is None:
-        raise FileNotFoundError(f"the silicon database holds no {engine} data")
-    base = root / op / backend
-    dirs = [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
-    versions = sorted((p.name for p in dirs if (p / table).exists()), key=version_key)
+    base = data / op / str(backend)
+    if backend is None or not base.is_dir():
+        return []
+    dirs = [p for p in base.iterdir() if p.is_dir() and (table is None or (p / table).exists())]
+    return sorted((p.name for p in dirs), key=version_key)
+
+
+def _version_dir(root: Path, op: str, engine: str, version: str, table: str) -> Path:
+    """The directory of `op`'s `table` measured under `engine` at `version`, or under the
+    newest older version that holds it: the database's own backward fill."""
+    versions = engine_versions(root, op, engine, table)
     if not versions:
-        raise FileNotFoundError(f"no {op} data for {engine} under {base}")
-    chosen = version or versions[-1]
-    if chosen not in versions:
-        older = [v for v in versions if version_key(v) <= version_key(chosen)]
-        if not older:
-            raise FileNotFoundError(f"no {op} data for {engine} {chosen} (have {versions})")
-        chosen = older[-1]
-    return base / chosen
+        raise FileNotFoundError(f"no {op} data for {engine} under {root / op}")
+    older = [v for v in versions if version_key(v) <= version_key(version)]
+    if not older:
+        raise FileNotFoundError(f"no {op} data for {engine} {version} (have {versions})")
+    return root / op / str(policy_of(engine).silicon_backend) / older[-1]
 
 
 def _optional_dir(root: Path, op: str, engine: str, version: str, table: str) -> Path | None:
@@ -279,15 +284,6 @@ def _mla_module_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[
     return tables
 
 
-def _newest_version(data: Path, engine: str) -> str:
-    """The newest version the database has GEMM data (or a reuse of it) for."""
-    backend = policy_of(engine).silicon_backend
-    base = data / "gemm" / str(backend)
-    if backend is None or not base.is_dir():
-        raise FileNotFoundError(f"no gemm data for {engine} under {base}")
-    return max((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
-
-
 def import_profile(
     system: str,
     engine: str,
@@ -301,7 +297,10 @@ def import_profile(
     (default: the newest whose GEMM table is there), for the catalog GPU `gpu`."""
     data = systems_dir(root) / "data" / system
     if version is None:
-        version = _newest_version(data, engine)
+        versions = engine_versions(data, "gemm", engine)
+        if not versions:
+            raise FileNotFoundError(f"no gemm data for {engine} under {data}")
+        version = versions[-1]
     gemm_dir = _version_dir(data, "gemm", engine, version, "gemm_perf.parquet")
     attention_dir = _version_dir(
         data, "attention", engine, version, "context_attention_perf.parquet"
@@ -328,17 +327,16 @@ def import_profile(
         context = mla_dir / "mla_context_module_perf.parquet"
         if context.exists():
             prefill_mla = _mla_module_tables(_rows(context), decode=False)
-    chosen = version
     document: dict[str, Any] = {
-        "id": f"{gpu.id}-{engine}-{chosen}",
+        "id": f"{gpu.id}-{engine}-{version}",
         "gpu": gpu.id,
         "engine": engine,
-        "version": chosen,
+        "version": version,
         "default": default,
         "source": {
             "title": (
                 f"NVIDIA aiconfigurator-core {AICONFIGURATOR_VERSION} silicon database, system "
-                f"{system}, {engine} {chosen}"
+                f"{system}, {engine} {version}"
             ),
             "url": f"https://pypi.org/project/aiconfigurator-core/{AICONFIGURATOR_VERSION}/",
             "published": AICONFIGURATOR_PUBLISHED.isoformat(),

@@ -13,11 +13,11 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from app.catalog.profiles import bundled_file, version_key
+from app.catalog.profiles import bundled_file
 from app.engine.serving import EngineName, policy_of
 from app.formats.catalog_specs import gpu_spec_from_fields
 from app.formats.profile_document import ProfileDocument
-from app.profiles.aiconfigurator import SYSTEMS, import_profile, systems_dir
+from app.profiles.aiconfigurator import SYSTEMS, engine_versions, import_profile, systems_dir
 
 __all__ = ["bundled_versions", "write_all_bundled", "write_bundled_profile"]
 
@@ -88,16 +88,12 @@ def bundled_versions(systems: Path | None = None) -> list[tuple[str, str, str]]:
     """(system, engine, version) for every catalog GPU's system, engine and version whose GEMM
     table the silicon database holds, in order."""
     data = systems_dir(systems) / "data"
-    found = []
-    for system in sorted(SYSTEMS):
-        for engine in EngineName:
-            backend = policy_of(engine).silicon_backend
-            base = data / system / "gemm" / str(backend)
-            if backend is None or not base.is_dir():
-                continue
-            versions = sorted((p.name for p in base.iterdir() if p.is_dir()), key=version_key)
-            found += [(system, engine.value, version) for version in versions]
-    return found
+    return [
+        (system, engine.value, version)
+        for system in sorted(SYSTEMS)
+        for engine in EngineName
+        for version in engine_versions(data / system, "gemm", engine)
+    ]
 
 
 def write_all_bundled(systems: Path | None = None, *, out: Path) -> list[Path]:

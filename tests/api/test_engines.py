@@ -104,6 +104,7 @@ def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
     on_h100 = client.post("/v1/simulations", json=body | {"gpu": "h100-sxm5-80gb"}).json()
     assert on_h100["target"]["engine"] == "trtllm@1.3.0rc20"
     assert on_h100["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb trtllm@1.3.0rc20"
+    assert not any("profile" in w for w in on_h100["warnings"])
 
 
 def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
