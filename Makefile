@@ -29,7 +29,7 @@ $(BIN)/python:
 # keeps the lower bounds.
 # The package itself: setup.py compiles the simulator's event loop with mypyc (build.lock), and
 # a change to that module compiles it again.
-COMPILED := app/engine/ops.py app/engine/step_cost.py app/engine/profiles/measured.py app/engine/profiles/timer.py app/engine/simulation/loop.py
+COMPILED := app/engine/ops.py app/engine/step_cost.py app/engine/profiles/grid.py app/engine/profiles/measured.py app/engine/profiles/timer.py app/engine/simulation/loop.py
 INSTALL_PACKAGE := $(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 
 $(VENV)/.installed: pyproject.toml setup.py requirements/service.lock requirements/build.lock $(COMPILED) | $(BIN)/python

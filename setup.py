@@ -1,8 +1,8 @@
 """The one build step beyond pyproject.toml: the engine's numeric core compiled to C extensions
 with mypyc, where mypyc and a C compiler are at hand: the step (`app/engine/step_cost.py`, its
-op families `app/engine/ops.py` and the measured ones with the profiled timer) and the serving
-simulator's event loop (`app/engine/simulation/loop.py`), as one group whose classes call each
-other directly.
+op families `app/engine/ops.py` and the measured ones with their tables' interpolation and the
+profiled timer) and the serving simulator's event loop (`app/engine/simulation/loop.py`), as one
+group whose classes call each other directly.
 
 The modules stay plain, type-annotated Python, and the package runs the same without the
 extensions, only slower: a run of 100,000 requests takes about half the time compiled
@@ -25,6 +25,7 @@ from setuptools import setup
 COMPILED = [
     "app/engine/ops.py",
     "app/engine/step_cost.py",
+    "app/engine/profiles/grid.py",
     "app/engine/profiles/measured.py",
     "app/engine/profiles/timer.py",
     "app/engine/simulation/loop.py",

@@ -1,13 +1,13 @@
 """Which build of the engine's compiled modules runs. Imported first by `app.engine`, for its
 effect.
 
-`setup.py` compiles the step (`step_cost`, `ops`, the measured families and the profiled timer)
-and the simulator's event loop with mypyc, together, into extension modules beside their
-sources, which Python imports in preference to the source. An extension built from another
-source (the source edited or checked out since the last `make install-dev`: setup.py records
-the digest of each source it compiled) would run code that is no longer there; and the compiled
-modules call each other's classes directly, so one cannot run compiled beside another from
-source. When any is stale, all of them are imported from source,
+`setup.py` compiles the step (`step_cost`, `ops`, the measured families, their tables' reads
+(`grid`) and the profiled timer) and the simulator's event loop with mypyc, together, into
+extension modules beside their sources, which Python imports in preference to the source. An
+extension built from another source (the source edited or checked out since the last `make
+install-dev`: setup.py records the digest of each source it compiled) would run code that is no
+longer there; and the compiled modules call each other's classes directly, so one cannot run
+compiled beside another from source. When any is stale, all of them are imported from source,
 with a warning in the log, until they are compiled again; and so, without a warning, when
 `RIDGELINE_PURE_PYTHON` is set (what the parity tests compare the builds with).
 """
@@ -30,6 +30,7 @@ __all__ = ["COMPILED_MODULES", "SourceFinder", "is_compiled", "source_of", "stal
 COMPILED_MODULES = (
     "app.engine.ops",
     "app.engine.step_cost",
+    "app.engine.profiles.grid",
     "app.engine.profiles.measured",
     "app.engine.profiles.timer",
     "app.engine.simulation.loop",

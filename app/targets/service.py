@@ -446,9 +446,8 @@ class _Recent:
 PROFILED_TIMERS_KEPT = 64
 """Profiled timers the estimate path keeps built (one per model, GPU, layout and profile)."""
 PROFILED_MEMO_ENTRIES = 1024
-"""Shapes each measured op class of a kept timer remembers (up to 7 a timer). Budget: 64 timers
-x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the timers themselves. It costs
-CPU where an estimate reads many shapes (the chunk-size search: 19 % more instructions than with
-unbounded memos; docs/performance.md); larger memos were measured no faster for the request
-estimate and slower to level off."""
+"""Shapes each measured op class of a kept timer remembers (up to 7 a timer; a full memo starts
+again). Budget: 64 timers x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the
+timers themselves. Every estimate route counts as few instructions as with the unbounded memos
+before the bound or fewer (docs/performance.md); larger memos were slower to level off."""
 _PROFILED = _Recent(PROFILED_TIMERS_KEPT)

@@ -70,6 +70,13 @@ class Grid:
             tuple(None if v is None else math.log(v) for v in self.values),
         )
 
+    def __reduce__(
+        self,
+    ) -> tuple[type[Grid], tuple[tuple[tuple[float, ...], ...], tuple[float | None, ...]]]:
+        # Rebuilt from its fields (what crosses to a heavy-work process): the compiled class
+        # cannot set a frozen field the way pickle's default does.
+        return Grid, (self.axes, self.values)
+
     def bounds(self, axis: int) -> tuple[float, float]:
         return self.axes[axis][0], self.axes[axis][-1]
 
@@ -143,6 +150,9 @@ class Curve:
             raise ValueError("a curve needs as many values as points, at least one")
         object.__setattr__(self, "_lx", tuple(math.log(x) for x in self.xs))
         object.__setattr__(self, "_ly", tuple(math.log(y) for y in self.ys))
+
+    def __reduce__(self) -> tuple[type[Curve], tuple[tuple[float, ...], tuple[float, ...]]]:
+        return Curve, (self.xs, self.ys)
 
     def at(self, x: float) -> float | None:
         if x > self.xs[-1]:

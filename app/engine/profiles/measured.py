@@ -6,7 +6,9 @@ larger one is the measured time (`bound_side`): the breakdown keeps the roofline
 Every time read from a table is remembered by its (rounded) shape, so a simulation pays the
 look-up once per shape; each memo holds at most `memo_entries` (`MEMO_ENTRIES` by default: what
 a simulation in a heavy-work process uses; the estimate path's timers, kept in the server for
-many requests, take fewer: `app.targets.service`).
+many requests, take fewer: `app.targets.service`) and starts again empty when full, so the shapes
+remembered are those of the work now being timed (an estimate that reads the same shapes many
+times, such as the chunk-size search, finds its own).
 
 Compiled with mypyc with the step (setup.py).
 """
@@ -55,14 +57,15 @@ def attention_ms(grid: Grid, batch: float, tokens: float) -> float | None:
 
 
 def _read(curve: Curve, memo: dict[float, float], x: float, limit: int) -> float:
-    """The curve's seconds at `x`, remembered while `memo` holds fewer than `limit`;
+    """The curve's seconds at `x`, remembered in `memo` (emptied first when it holds `limit`);
     `_UNMEASURED` beyond what it covers."""
     seconds = memo.get(x)
     if seconds is None:
         found = curve.at(x)
         seconds = _UNMEASURED if found is None else found
-        if len(memo) < limit:
-            memo[x] = seconds
+        if len(memo) >= limit:
+            memo.clear()
+        memo[x] = seconds
     return seconds
 
 
@@ -172,8 +175,9 @@ class MeasuredPrefillAttention(PrefillAttention):
         if seconds is None:
             found = attention_ms(self.grid, chunks * self.head_scale, length)
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
-            if len(self.memo) < self.memo_entries:
-                self.memo[key] = seconds
+            if len(self.memo) >= self.memo_entries:
+                self.memo.clear()
+            self.memo[key] = seconds
         if seconds < 0.0:
             return _with(self.projections, tokens, compute_s, memory_s)
         return _measured(compute_s, memory_s, seconds)
@@ -214,8 +218,9 @@ class MeasuredDecodeAttention(DecodeAttention):
         if seconds is None:
             found = attention_ms(self.grid, sequences * self.head_scale, mean)
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
-            if len(self.memo) < self.memo_entries:
-                self.memo[key] = seconds
+            if len(self.memo) >= self.memo_entries:
+                self.memo.clear()
+            self.memo[key] = seconds
         if seconds < 0.0:
             return _with(self.projections, sequences, compute_s, memory_s)
         return _measured(compute_s, memory_s, seconds)
