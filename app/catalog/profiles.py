@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.catalog.profile_rows import ProfileRow
 from app.engine.profiles import Profile
 from app.engine.serving import ROOFLINE, EngineName, ServingEngine, release
+from app.errors import InvalidInput
 from app.formats.profile_document import ProfileDocument
 
 __all__ = [
@@ -139,11 +140,15 @@ def choose_engine(
       one), else the roofline;
     - `name`: that engine's default profile here, else its newest; without one, the engine's
       newest release, timed by the roofline with a warning;
-    - `name@version`: that profile; without one, that release timed by the roofline, warned;
+    - `name@version`: that profile; where the GPU has profiles of the engine but none of that
+      release, a 422 on `engine` listing the releases it has (a step time measured on another
+      release is not that release's); where it has none of the engine, that release timed by
+      the roofline, warned;
     - `roofline`: the roofline.
 
     `measured` False (an ideal or explicit efficiency: a roofline what-if) times every engine
-    by the roofline, without a warning. The scheduler follows the engine either way."""
+    by the roofline, any release, without a warning. The scheduler follows the engine either
+    way."""
     if requested is None:
         default = next((ref for ref in refs if ref.default), None)
         if default is None:
@@ -154,6 +159,15 @@ def choose_engine(
     matching = [ref for ref in refs if ref.serving_engine.name is requested.name]
     if requested.version is not None:
         found = next((ref for ref in matching if ref.version == requested.version), None)
+        if found is None and matching and measured:
+            versions = sorted({ref.version for ref in matching}, key=version_key)
+            raise InvalidInput.at(
+                "engine",
+                f"GPU {gpu} has no {requested.label} profile; its {requested.policy.title} "
+                f"profiles are of {', '.join(versions)}: name one of them, or "
+                f"`{requested.name.value}` alone for the newest (or an ideal or explicit "
+                f"efficiency to time {requested.label}'s scheduler by the roofline)",
+            )
     elif matching:
         defaults = [ref for ref in matching if ref.default]
         found = defaults[0] if defaults else max(matching, key=lambda r: version_key(r.version))

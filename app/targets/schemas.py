@@ -127,10 +127,11 @@ ENGINE_DESCRIPTION = (
     "Ridgeline models), `name@version` (a release Ridgeline models, vLLM 0.1 to 0.26, SGLang "
     "0.1 to 0.5, TensorRT-LLM 0.1 to 1.3), or `roofline` (Ridgeline's own scheduler). Where "
     "the GPU has no profile of the engine, its steps are timed by the roofline and `warnings` "
-    "says so. Default: the GPU's default profile's engine, else the roofline. Profiles time "
-    "steps with `efficiency: calibrated`; `ideal` and explicit efficiencies are roofline "
-    "what-ifs. `target.engine` names the engine simulated and `target.basis` what timed each "
-    "op class."
+    "says so; a release the GPU has no profile of, where it has others of that engine, is a 422 "
+    "listing those releases. Default: the GPU's default profile's engine, else the roofline. "
+    "Profiles time steps with `efficiency: calibrated`; `ideal` and explicit efficiencies are "
+    "roofline what-ifs. `target.engine` names the engine simulated and `target.basis` what "
+    "timed each op class."
 )
 
 

@@ -116,10 +116,31 @@ def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
     assert mi300x["target"]["engine"] == "roofline"  # no profile: Ridgeline's own scheduler
 
 
+@pytest.mark.parametrize("path", ROUTES)
+def test_a_release_the_gpu_has_no_profile_of_is_refused_with_those_it_has(
+    client: TestClient, path: str
+) -> None:
+    """The B200 has vLLM 0.24.0 and TensorRT-LLM 1.3.0rc20 and rc23 tables: another release's
+    step times are not measured there, so naming one is a 422 on `engine` that lists the
+    releases measured (every route resolves the engine the same way); the engine alone is its
+    newest, and an ideal efficiency (a roofline what-if) takes any release."""
+    for engine, listed in (("vllm@0.10.0", "0.24.0"), ("trtllm@1.0.0", "1.3.0rc20, 1.3.0rc23")):
+        body = copy.deepcopy(ROUTES[path]) | {"engine": engine}
+        response = client.post(path, json=body, headers=AUTH)
+        assert response.status_code == 422, response.text
+        (error,) = response.json()["errors"]
+        assert error["field"] == "engine"
+        assert f"no {engine} profile" in error["message"]
+        assert f"profiles are of {listed}" in error["message"]
+    ideal = copy.deepcopy(ROUTES[path]) | {"engine": "vllm@0.10.0", "efficiency": "ideal"}
+    assert client.post(path, json=ideal, headers=AUTH).status_code in (200, 201, 202)
+
+
 def test_a_vllm_v0_release_runs_v0s_scheduler(client: TestClient) -> None:
     """vLLM 0.6 (V0 by default) prefilled whole prompts in steps of their own: 256 sequences,
-    a budget of max(context, 2,048) tokens (Llama-3-8B: 8,192), chunked prefill off."""
-    body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "vllm@0.6.0"}
+    a budget of max(context, 2,048) tokens (Llama-3-8B: 8,192), chunked prefill off. (On a GPU
+    without vLLM profiles: where the GPU has some, a release without one is refused.)"""
+    body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "vllm@0.6.0", "gpu": UNMEASURED}
     answer = client.post("/v1/simulations", json=body).json()
     assert answer["scheduler"]["max_num_seqs"] == 256
     assert answer["scheduler"]["max_num_batched_tokens"] == 8192
@@ -358,7 +379,9 @@ def test_deepseek_latent_bytes_follow_the_kv_format(client: TestClient) -> None:
     ("engine", "kv"),
     [
         ("vllm", "fp8"),  # 0.14.0 and later read the checkpoint's scheme (vllm#30785)
-        ("vllm@0.10.0", "bf16"),  # earlier: auto is the model's dtype whatever it declares
+        # earlier: auto is the model's dtype whatever it declares (a release without a B200
+        # profile: timed as an ideal what-if)
+        ("vllm@0.10.0", "bf16"),
         ("sglang", "fp8"),
         ("trtllm", "fp8"),
         ("roofline", "fp8"),
@@ -367,7 +390,9 @@ def test_deepseek_latent_bytes_follow_the_kv_format(client: TestClient) -> None:
 def test_a_checkpoint_that_declares_an_fp8_cache_gets_it_where_the_engine_reads_it(
     client: TestClient, engine: str, kv: str
 ) -> None:
-    body = {"model": LLAMA_31_8B_NVFP4, "engine": engine}
+    body: dict[str, Any] = {"model": LLAMA_31_8B_NVFP4, "engine": engine}
+    if engine == "vllm@0.10.0":
+        body["efficiency"] = "ideal"
     assert _kv_of(client, body) == ("nvfp4", kv)
     # Serving other weights than the checkpoint's is another checkpoint: no declared scheme.
     assert _kv_of(client, body | {"weight_dtype": "bf16"}) == ("bf16", "bf16")

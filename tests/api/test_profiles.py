@@ -122,11 +122,12 @@ def test_an_engine_without_a_profile_here_is_timed_by_the_roofline_and_says_so(
     assert l4.json()["target"]["engine"] == "vllm@0.26.0"
     assert l4.json()["target"]["basis"] == {"all": "roofline (no vllm@0.26.0 profile for this GPU)"}
     assert "GPU l4-24gb has no vllm@0.26.0 profile" in l4.json()["warnings"][0]
-    # A release the H100 has no profile of: the same, not a 422.
+    # A release the H100 has no profile of, where it has others of the engine: a 422 on
+    # `engine` naming those it has (another release's kernels are not that release's).
     old = client.post("/v1/estimates/prefill", json=PREFILL | {"engine": "vllm@0.1.0"})
-    assert old.status_code == 200
-    assert old.json()["target"]["engine"] == "vllm@0.1.0"
-    assert "vllm@0.24.0" in old.json()["warnings"][0]  # the profiles it has
+    assert old.status_code == 422
+    assert old.json()["errors"][0]["field"] == "engine"
+    assert "profiles are of 0.24.0" in old.json()["errors"][0]["message"]
     # A release Ridgeline does not model, and an engine it does not know: 422s naming `engine`.
     for engine, says in (("vllm@9.9", "newer than the newest"), ("tgi", "pattern")):
         bad = client.post("/v1/estimates/prefill", json=PREFILL | {"engine": engine})
