@@ -4,7 +4,11 @@ the measurement, what under-provisions a cluster), with the roofline at the GPU'
 efficiency ("roofline") and with the measured profile of the run's engine where the GPU has one,
 else its default profile ("profile").
 
-    .venv/bin/python scripts/validate_published.py [--points]
+`--scaled` holds each GPU's own tables out: every point whose GPU has a profile of its engine is
+timed as if it had none, from its nearest relative's profile scaled to its datasheet (what the
+service does for a GPU without tables), beside the roofline and its own profile.
+
+    .venv/bin/python scripts/validate_published.py [--points] [--scaled]
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from typing import Any
 
 from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document, bundled_refs, choose_engine
+from app.catalog.relatives import Datasheet, nearest_relatives
 from app.engine.dtypes import DType
 from app.engine.estimates import estimate_prefill, estimate_request
 from app.engine.profiles import Profile, ProfiledStepCost
-from app.engine.serving import parse_engine
+from app.engine.serving import ServingEngine, parse_engine
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
@@ -59,7 +64,42 @@ def _profile(profile_id: str) -> Profile:
     return bundled_document(profile_id).to_profile()
 
 
-def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]:
+def _datasheet(gpu_id: str) -> Datasheet:
+    row = next(g for g in bundled_gpus() if g["id"] == gpu_id)
+    return Datasheet(
+        gpu_id,
+        row["vendor"],
+        row.get("architecture"),
+        row["peak_flops_per_s"].get("bf16"),
+        row["memory_bandwidth_bytes_per_s"],
+    )
+
+
+def _held_out(point: dict[str, Any], deployment: Deployment) -> tuple[StepCostModel, str] | None:
+    """The point timed as the service times a GPU without tables: from the nearest relative's
+    profile of the same engine, scaled; None where the GPU has no profile to hold out."""
+    gpu, model = _gpu(point["gpu"]), _model(point["model"])
+    refs = tuple(r for r in bundled_refs() if r.gpu == gpu.id)
+    named = point["engine"]
+    own = choose_engine(None if named is None else parse_engine(named), refs, gpu=gpu.id)
+    if own.profile is None:
+        return None
+    measured = {r.gpu for r in bundled_refs()}
+    order = nearest_relatives(_datasheet(gpu.id), (_datasheet(g) for g in measured))
+    choice = choose_engine(
+        ServingEngine(own.engine.name),
+        (),
+        gpu=gpu.id,
+        relatives=lambda: ((r, tuple(x for x in bundled_refs() if x.gpu == r)) for r in order),
+    )
+    if choice.profile is None or choice.measured_on is None:
+        return None
+    profile = _profile(choice.profile.id)
+    cost = ProfiledStepCost(model, gpu, deployment, profile, measured_on=_gpu(choice.measured_on))
+    return cost, f"{profile.label} scaled"
+
+
+def _cost(point: dict[str, Any], use_profile: bool | str) -> tuple[StepCostModel, str] | None:
     gpu, model = _gpu(point["gpu"]), _model(point["model"])
     weight = DType(point["weight_dtype"])
     experts = point.get("expert_dtype")
@@ -71,6 +111,8 @@ def _cost(point: dict[str, Any], use_profile: bool) -> tuple[StepCostModel, str]
         ep=point.get("ep") or 1,
         expert_dtype=None if experts is None else DType(experts),
     )
+    if use_profile == "scaled":
+        return _held_out(point, deployment)
     if use_profile:
         refs = tuple(r for r in bundled_refs() if r.gpu == gpu.id)
         # As the service chooses: the run's engine's profile; the roofline when the GPU has
@@ -88,14 +130,23 @@ GROUPS = ("dense-and-mixtral", "new-architectures")
 architectures added after (MLA, wide MoE, MXFP4 experts), reported apart."""
 
 
-def compare(use_profile: bool, group: str | None = None) -> list[Comparison]:
-    """Every comparable figure of the published set (of one `group`, if given)."""
+def compare(
+    use_profile: bool | str, group: str | None = None, only: set[str] | None = None
+) -> list[Comparison]:
+    """Every comparable figure of the published set (of one `group`, if given; of the points
+    `only` names, if given); `use_profile` "scaled": the held-out timing (`_held_out`), for the
+    points it applies to."""
     found = []
     for point in json.loads(PUBLISHED.read_text())["static"]:
         if group is not None and point["group"] != group:
             continue
+        if only is not None and point["id"] not in only:
+            continue
         try:
-            cost, basis = _cost(point, use_profile)
+            timed = _cost(point, use_profile)
+            if timed is None:
+                continue
+            cost, basis = timed
             batch, prompt, output = (
                 point["batch_size"],
                 point["prompt_tokens"],
@@ -131,10 +182,59 @@ def summary(comparisons: list[Comparison]) -> dict[str, tuple[int, float, float]
     }
 
 
+def held_out_report(points: bool) -> None:
+    """Own tables held out: scaled from the nearest relative's, against the roofline and the
+    GPU's own profile, on the same points."""
+    scaled = compare("scaled")
+    ids = {c.point for c in scaled}
+    rows = {"roofline": compare(False, only=ids), "profile": compare(True, only=ids)}
+    rows["scaled"] = scaled
+    print("\nown tables held out: the nearest relative's, scaled (same points in each column)")
+    print(f"{'metric':<10} {'n':>3}" + "".join(f" {m + ' MAE':>13} {'median':>7}" for m in rows))
+    by_mode = {
+        mode: {(c.point, c.metric): c.error_pct for c in found} for mode, found in rows.items()
+    }
+    gpu_of = {p["id"]: p["gpu"] for p in json.loads(PUBLISHED.read_text())["static"]}
+    same = {
+        (c.point, c.metric)
+        for c in scaled
+        if _datasheet(gpu_of[c.point]).architecture == _datasheet(c.basis.split()[1]).architecture
+    }
+    keys = sorted(by_mode["scaled"])
+    for metric in (*sorted({k[1] for k in keys}), "all", "same arch", "other arch"):
+        chosen = [
+            k
+            for k in keys
+            if metric in ("all", k[1])
+            or (metric == "same arch" and k in same)
+            or (metric == "other arch" and k not in same)
+        ]
+        line = f"{metric:<10} {len(chosen):>3}"
+        for errors in by_mode.values():
+            values = [errors[k] for k in chosen]
+            line += f" {statistics.fmean(abs(e) for e in values):>12.1f}%"
+            line += f" {statistics.median(values):>+6.1f}%"
+        print(line)
+    if points:
+        for c in scaled:
+            key = (c.point, c.metric)
+            print(
+                f"{c.point:<45} {c.metric:<8} measured {c.measured:>9.1f}  roofline "
+                f"{by_mode['roofline'][key]:+6.1f}%  own {by_mode['profile'][key]:+6.1f}%  "
+                f"{c.basis}: {c.error_pct:+6.1f}%"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", action="store_true", help="print every comparison")
+    parser.add_argument(
+        "--scaled", action="store_true", help="hold each GPU's tables out: a relative's, scaled"
+    )
     args = parser.parse_args()
+    if args.scaled:
+        held_out_report(args.points)
+        return
     results = {"roofline": compare(False), "profile": compare(True)}
     for group in (None, *GROUPS):
         print(f"\n{group or 'every point'}")

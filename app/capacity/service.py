@@ -88,9 +88,12 @@ def resolve_deployment(cache: SpecCache, body: CapacityRequest) -> ResolvedDeplo
         gpu.profiles,
         gpu=gpu.spec.id,
         measured=body.efficiency == "calibrated",
+        relatives=cache.relatives_of(gpu),
     )
     question = body.model_dump_json(exclude={"observed_requests_per_s", "headroom", "name"})
     timed = choice.profile.id if choice.profile is not None else ""
+    if choice.measured_on is not None:
+        timed += f" on {cache.gpu(choice.measured_on).spec_key}"
     key = (question, repr(model), gpu.spec_key, f"{choice.engine.label} {timed}")
     return ResolvedDeployment(body, model, model_id, gpu, choice, key)
 
@@ -118,6 +121,11 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
             resolved.choice.engine,
             warnings=resolved.choice.warnings,
             roofline_basis=resolved.choice.basis,
+            measured_on=(
+                None
+                if resolved.choice.measured_on is None
+                else cache.gpu(resolved.choice.measured_on).spec
+            ),
         )
         traffic = Traffic(
             requests_per_s=1.0,

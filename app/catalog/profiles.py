@@ -12,6 +12,7 @@ import gzip
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
@@ -30,6 +31,7 @@ __all__ = [
     "EngineChoice",
     "ProfileLibrary",
     "ProfileRef",
+    "Relatives",
     "bundled_document",
     "bundled_file",
     "bundled_refs",
@@ -116,6 +118,9 @@ class EngineChoice:
     """Resolved: a version for every engine but the roofline."""
     profile: ProfileRef | None
     warnings: tuple[str, ...] = ()
+    measured_on: str | None = None
+    """The GPU `profile` was measured on when it is another (a relative's tables, scaled to
+    this GPU's datasheet: `ProfiledStepCost(measured_on=...)`); None: this GPU's own."""
 
     @property
     def basis(self) -> str:
@@ -126,58 +131,103 @@ class EngineChoice:
         return f"roofline (no {self.engine.label} profile for this GPU)"
 
 
+Relatives = Callable[[], Iterable[tuple[str, tuple[ProfileRef, ...]]]]
+"""The GPU's relatives with their profiles, nearest first (`app.catalog.spec_cache.relatives`),
+read only when the GPU has no profile of the engine asked for."""
+
+
+def _pick(
+    requested: ServingEngine, refs: tuple[ProfileRef, ...]
+) -> tuple[list[ProfileRef], ProfileRef | None]:
+    """`refs` of the engine requested, and the one that times it: that release's, or with none
+    named the default, else the newest."""
+    matching = [ref for ref in refs if ref.serving_engine.name is requested.name]
+    if requested.version is not None:
+        return matching, next((ref for ref in matching if ref.version == requested.version), None)
+    if not matching:
+        return matching, None
+    defaults = [ref for ref in matching if ref.default]
+    return matching, defaults[0] if defaults else max(
+        matching, key=lambda r: version_key(r.version)
+    )
+
+
+def _stand_in(
+    requested: ServingEngine, gpu: str, relatives: Relatives | None
+) -> EngineChoice | None:
+    """The engine's profile on the GPU's nearest relative that has one (as `requested` would
+    choose there), or None."""
+    for relative, relative_refs in relatives() if relatives is not None else ():
+        _, found = _pick(requested, relative_refs)
+        if found is not None:
+            return EngineChoice(
+                found.serving_engine,
+                found,
+                (
+                    f"GPU {gpu} has no {requested.label} profile: its steps are timed from "
+                    f"{relative}'s ({found.label}), each table scaled by the ratio of the two "
+                    "GPUs' roofline times of the same op and shape; upload a profile (POST "
+                    "/v1/profiles) to time its own kernels",
+                ),
+                measured_on=relative,
+            )
+    return None
+
+
 def choose_engine(
     requested: ServingEngine | None,
     refs: tuple[ProfileRef, ...],
     *,
     gpu: str,
     measured: bool = True,
+    relatives: Relatives | None = None,
 ) -> EngineChoice:
     """The engine `requested` runs on the GPU whose profiles are `refs`, and the profile that
     times it. The one resolution every route uses:
 
     - none requested: the GPU's default profile's engine (an uploaded default before a bundled
       one), else the roofline;
-    - `name`: that engine's default profile here, else its newest; without one, the engine's
-      newest release, timed by the roofline with a warning;
+    - `name`: that engine's default profile here, else its newest; without one, the nearest
+      relative's (`relatives`) as `name` would choose there, its tables scaled to this GPU,
+      with a warning; without a relative of that engine, the engine's newest release, timed by
+      the roofline with a warning;
     - `name@version`: that profile; where the GPU has profiles of the engine but none of that
       release, a 422 on `engine` listing the releases it has (a step time measured on another
-      release is not that release's); where it has none of the engine, that release timed by
-      the roofline, warned;
+      release is not that release's); where it has none of the engine, that release's profile
+      on the nearest relative that has one, scaled, else that release timed by the roofline,
+      warned;
     - `roofline`: the roofline.
+
+    Relatives stand in only where the validation showed scaled tables closer than the roofline
+    (docs/validation/README.md): the GPUs of the same vendor.
 
     `measured` False (an ideal or explicit efficiency: a roofline what-if) times every engine
     by the roofline, any release, without a warning. The scheduler follows the engine either
     way."""
     if requested is None:
         default = next((ref for ref in refs if ref.default), None)
-        if default is None:
-            return EngineChoice(ROOFLINE, None)
-        return EngineChoice(default.serving_engine, default if measured else None)
-    if not requested.policy.profiled:
+        if default is not None:
+            return EngineChoice(default.serving_engine, default if measured else None)
+    if requested is None or not requested.policy.profiled:
         return EngineChoice(ROOFLINE, None)
-    matching = [ref for ref in refs if ref.serving_engine.name is requested.name]
-    if requested.version is not None:
-        found = next((ref for ref in matching if ref.version == requested.version), None)
-        if found is None and matching and measured:
-            versions = sorted({ref.version for ref in matching}, key=version_key)
-            raise InvalidInput.at(
-                "engine",
-                f"GPU {gpu} has no {requested.label} profile; its {requested.policy.title} "
-                f"profiles are of {', '.join(versions)}: name one of them, or "
-                f"`{requested.name.value}` alone for the newest (or an ideal or explicit "
-                f"efficiency to time {requested.label}'s scheduler by the roofline)",
-            )
-    elif matching:
-        defaults = [ref for ref in matching if ref.default]
-        found = defaults[0] if defaults else max(matching, key=lambda r: version_key(r.version))
-    else:
-        found = None
+    matching, found = _pick(requested, refs)
+    if requested.version is not None and found is None and matching and measured:
+        versions = sorted({ref.version for ref in matching}, key=version_key)
+        raise InvalidInput.at(
+            "engine",
+            f"GPU {gpu} has no {requested.label} profile; its {requested.policy.title} "
+            f"profiles are of {', '.join(versions)}: name one of them, or "
+            f"`{requested.name.value}` alone for the newest (or an ideal or explicit "
+            f"efficiency to time {requested.label}'s scheduler by the roofline)",
+        )
     if found is not None:
         return EngineChoice(found.serving_engine, found if measured else None)
     engine = requested.resolved()
     if not measured:
         return EngineChoice(engine, None)
+    stand_in = _stand_in(requested, gpu, relatives)
+    if stand_in is not None:
+        return stand_in
     have = ", ".join(sorted(ref.label for ref in refs)) or "none"
     return EngineChoice(
         engine,

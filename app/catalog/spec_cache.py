@@ -15,11 +15,20 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.catalog.lookup import find_entry, nearest, shown
-from app.catalog.profiles import ProfileLibrary, ProfileRef, profile_refs
+from app.catalog.orm import GpuRow
+from app.catalog.profile_rows import ProfileRow
+from app.catalog.profiles import (
+    ProfileLibrary,
+    ProfileRef,
+    Relatives,
+    bundled_refs,
+    profile_refs,
+)
+from app.catalog.relatives import Datasheet, nearest_relatives
 from app.catalog.repository import GpuRepository, ModelRepository
 from app.catalog.service import changes, forget_changes_at_end, gpu_spec_of, model_spec_of
 from app.engine.profiles import Profile
@@ -41,6 +50,9 @@ class CachedGpu:
     """Spread of validation residuals by phase, where benchmark runs exist for this GPU: the RMS
     of `error_pct` over its stored runs under its current efficiency, as stored when a run, a
     calibration or the GPU last changed (`app.catalog.orm.GpuExpectedError`)."""
+    relatives: tuple[str, ...] = ()
+    """The other GPUs of its vendor that have profiles, nearest first (`relatives`): whose
+    tables, scaled, time an engine it has no profile of."""
     spec_key: str = field(init=False, repr=False, compare=False)
     """The spec as a hashable key (its repr: a dict inside makes the spec itself unhashable),
     made once per fill, not once per request."""
@@ -134,6 +146,11 @@ class SpecCache:
             self._models, model_id, lambda session: _load_model(session, model_id, field)
         )
 
+    def relatives_of(self, gpu: CachedGpu) -> Relatives:
+        """`gpu`'s relatives with their profiles, nearest first, read when called (what
+        `choose_engine` takes)."""
+        return lambda: ((r, self.gpu(r, "gpu").profiles) for r in gpu.relatives)
+
     def profile(self, ref: ProfileRef) -> Profile:
         """The parsed profile `ref` names (parsing or reading it first: never in `cached_only`)."""
         found = self.profiles.cached(ref)
@@ -213,6 +230,29 @@ def _load_gpu(session: Session, gpu_id: str, field: str) -> CachedGpu:
         row.efficiency,
         profile_refs(session, row.id),
         repository.expected_error(row.id),
+        relatives(session, row),
+    )
+
+
+def relatives(session: Session, row: GpuRow) -> tuple[str, ...]:
+    """`row`'s relatives among the catalog's GPUs with profiles (bundled or uploaded), nearest
+    first (`app.catalog.relatives`)."""
+    profiled = {ref.gpu for ref in bundled_refs()} | set(
+        session.scalars(select(ProfileRow.gpu_id).distinct())
+    )
+    candidates = session.scalars(
+        select(GpuRow).where(GpuRow.vendor == row.vendor, GpuRow.id.in_(profiled))
+    )
+    return nearest_relatives(datasheet(row), (datasheet(c) for c in candidates))
+
+
+def datasheet(row: GpuRow) -> Datasheet:
+    return Datasheet(
+        row.id,
+        row.vendor,
+        row.architecture,
+        row.peak_flops_per_s.get("bf16"),
+        row.memory_bandwidth_bytes_per_s,
     )
 
 

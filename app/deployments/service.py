@@ -180,6 +180,7 @@ def render_deployment(
         engine_query(plan_engine if isinstance(plan_engine, str) else None),
         profile_refs(session, candidate.gpu),
         gpu=candidate.gpu,
+        relatives=cache.relatives_of(cache.gpu(candidate.gpu)),
     ).engine
     chosen = _engine(target, engine, planned)
     model, unsupported, notes = _served_model(session, cache, plan, model_path)

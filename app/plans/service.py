@@ -177,9 +177,14 @@ def _offers(
             )
         efficiency = IDEAL_EFFICIENCY if query.efficiency is EfficiencyMode.IDEAL else None
         choice = choose_engine(
-            query.engine, cached.profiles, gpu=gpu_id, measured=efficiency is None
+            query.engine,
+            cached.profiles,
+            gpu=gpu_id,
+            measured=efficiency is None,
+            relatives=cache.relatives_of(cached),
         )
         profile = cache.profile(choice.profile) if choice.profile is not None else None
+        measured_on = None if choice.measured_on is None else cache.gpu(choice.measured_on).spec
         offers.append(
             GpuOffer(
                 cached.spec,
@@ -189,6 +194,7 @@ def _offers(
                 choice.engine,
                 warnings=choice.warnings,
                 roofline_basis=choice.basis,
+                measured_on=measured_on,
             )
         )
         versions[cached.spec.id] = cached.version

@@ -371,6 +371,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
         cached.profiles if cached is not None else (),
         gpu=gpu_id,
         measured=mode is EfficiencyMode.CALIBRATED,
+        relatives=None if cached is None else cache.relatives_of(cached),
     )
     extras["engine"] = choice.engine
     deployment = query.deployment.deployment(model_spec, choice.engine)
@@ -385,7 +386,16 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
             extras["basis"] = {"all": choice.basis}
             extras["warnings"] = choice.warnings
         else:
-            key = (model_spec, cached.spec_key, deployment, choice.profile.id)
+            measured_on = (
+                None if choice.measured_on is None else cache.gpu(choice.measured_on, "gpu")
+            )
+            key = (
+                model_spec,
+                cached.spec_key,
+                deployment,
+                choice.profile.id,
+                None if measured_on is None else measured_on.spec_key,
+            )
             cost = _PROFILED.get(key) or _PROFILED.put(
                 key,
                 ProfiledStepCost(
@@ -394,8 +404,10 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
                     deployment,
                     cache.profile(choice.profile),
                     memo_entries=PROFILED_MEMO_ENTRIES,
+                    measured_on=None if measured_on is None else measured_on.spec,
                 ),
             )
+            extras["warnings"] = choice.warnings
     if isinstance(cost, ProfiledStepCost):
         chosen = cost.efficiency
         extras.pop("calibration_id", None)

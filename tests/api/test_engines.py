@@ -16,8 +16,11 @@ from tests.conftest import AUTH
 FIXED_1K = {"p50": 1024, "p90": 1024, "p99": 1024}
 FIXED_128 = {"p50": 128, "p90": 128, "p99": 128}
 TARGET = {"model": "llama-3-8b", "gpu": "b200-sxm-180gb"}
-UNMEASURED = "h100-pcie-80gb"
-"""A GPU the silicon database has no tables for: no bundled profile of any engine."""
+UNMEASURED = "mi300x-192gb"
+"""A GPU the silicon database has no tables for, nor for any GPU of its vendor: no profile of
+any engine, here or on a relative (every engine's steps timed by the roofline)."""
+SCALED = "h100-pcie-80gb"
+"""A GPU without tables whose nearest relative with them is the H100 SXM."""
 ROUTES: dict[str, dict[str, Any]] = {
     "/v1/estimates/prefill": TARGET | {"prompt_tokens": 1024},
     "/v1/estimates/decode": TARGET | {"batch_size": 8, "context_tokens": 1024},
@@ -77,7 +80,7 @@ def test_an_unknown_release_is_the_same_422_on_every_route(
 def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
     client: TestClient,
 ) -> None:
-    """The H100 PCIe has no profile: TensorRT-LLM's scheduler (2,048 sequences, 8,192 tokens, no
+    """The MI300X has no profile: TensorRT-LLM's scheduler (2,048 sequences, 8,192 tokens, no
     chunked prefill, whole prompts beside the decodes) is simulated, the steps timed by the
     roofline, and the answer says so."""
     body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "trtllm"}
@@ -105,6 +108,44 @@ def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
     assert on_h100["target"]["engine"] == "trtllm@1.3.0rc20"
     assert on_h100["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb trtllm@1.3.0rc20"
     assert not any("profile" in w for w in on_h100["warnings"])
+
+
+def test_an_engine_without_tables_here_is_timed_from_the_nearest_relatives_scaled(
+    client: TestClient,
+) -> None:
+    """The H100 PCIe has no tables; the H100 SXM (same architecture, the nearest datasheet) has
+    TensorRT-LLM 1.3.0rc20's. Every route times TensorRT-LLM on the PCIe card from those,
+    scaled to its datasheet, names them in `basis` and says so in `warnings`. A weight-bound
+    decode step takes longer by up to the bandwidth ratio (3.35 / 2.0 TB/s = 1.675; the engine's
+    own per-step cost is not scaled)."""
+    scaled = "profile h100-sxm5-80gb trtllm@1.3.0rc20 scaled to h100-pcie-80gb by datasheet"
+    said = "its steps are timed from h100-sxm5-80gb's"
+    decode = ROUTES["/v1/estimates/decode"] | {"engine": "trtllm", "batch_size": 1}
+    pcie = client.post("/v1/estimates/decode", json=decode | {"gpu": SCALED}).json()
+    sxm = client.post("/v1/estimates/decode", json=decode | {"gpu": "h100-sxm5-80gb"}).json()
+    assert pcie["target"]["engine"] == "trtllm@1.3.0rc20"
+    assert pcie["target"]["basis"]["gemm"] == scaled
+    assert pcie["target"]["basis"]["decode_attention"] == scaled
+    assert any(said in w for w in pcie["warnings"])
+    assert not any(said in w for w in sxm["warnings"])
+    assert 1.2 < pcie["tpot_ms"] / sxm["tpot_ms"] < 1.675
+    for path in ("/v1/simulations", "/v1/capacity", "/v1/plans"):
+        body = copy.deepcopy(ROUTES[path]) | {"engine": "trtllm"}
+        body |= {"gpus": [SCALED]} if path == "/v1/plans" else {"gpu": SCALED}
+        response = client.post(path, json=body, headers=AUTH)
+        assert response.status_code in (200, 201), response.text
+        answer = response.json()
+        if path == "/v1/plans":
+            answer = answer["plans"][0]
+        elif path == "/v1/simulations":
+            answer = answer["target"]
+        assert answer["engine"] == "trtllm@1.3.0rc20", path
+        assert answer["basis"]["gemm"] == scaled, path
+    simulated = client.post(
+        "/v1/simulations",
+        json=copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "trtllm", "gpu": SCALED},
+    ).json()
+    assert any(said in w for w in simulated["warnings"])
 
 
 def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
@@ -216,7 +257,7 @@ def _trtllm_plan(client: TestClient, full: bool) -> dict[str, Any]:
 def test_a_plan_simulates_the_engine_it_is_asked_for_and_says_so(
     client: TestClient, full: bool
 ) -> None:
-    """TensorRT-LLM on an H100 PCIe (no profile there): every candidate runs its own
+    """TensorRT-LLM on an MI300X (no profile there or on a relative): every candidate runs its own
     scheduler (2,048 sequences, 8,192 tokens, prompts whole: its 1.0 defaults), names the
     release simulated and what timed it, and carries the warning the estimates carry."""
     answer = _trtllm_plan(client, full)

@@ -113,15 +113,28 @@ def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestC
         assert answer["expected_error_pct"] == {"prefill": None}
 
 
-def test_an_engine_without_a_profile_here_is_timed_by_the_roofline_and_says_so(
+def test_an_engine_without_a_profile_here_or_on_a_relative_is_timed_by_the_roofline(
     client: TestClient,
 ) -> None:
-    # No vLLM profile on the L4: its newest release's behaviour, timed by the roofline, warned.
+    # No vLLM profile on the MI300X nor on any GPU of its vendor: the newest release's
+    # behaviour, timed by the roofline, warned.
+    amd = {"gpu": "mi300x-192gb", "engine": "vllm"}
+    mi300x = client.post("/v1/estimates/prefill", json=PREFILL | amd)
+    assert mi300x.status_code == 200
+    assert mi300x.json()["target"]["engine"] == "vllm@0.26.0"
+    assert mi300x.json()["target"]["basis"] == {
+        "all": "roofline (no vllm@0.26.0 profile for this GPU)"
+    }
+    assert "GPU mi300x-192gb has no vllm@0.26.0 profile" in mi300x.json()["warnings"][0]
+    # The L4 has none either, but its relative the L40S (Ada, the nearest datasheet) has: its
+    # tables, scaled, time it.
     l4 = client.post("/v1/estimates/prefill", json=PREFILL | {"gpu": "l4-24gb", "engine": "vllm"})
     assert l4.status_code == 200
-    assert l4.json()["target"]["engine"] == "vllm@0.26.0"
-    assert l4.json()["target"]["basis"] == {"all": "roofline (no vllm@0.26.0 profile for this GPU)"}
-    assert "GPU l4-24gb has no vllm@0.26.0 profile" in l4.json()["warnings"][0]
+    assert l4.json()["target"]["engine"] == "vllm@0.24.0"
+    assert l4.json()["target"]["basis"]["gemm"] == (
+        "profile l40s-48gb vllm@0.24.0 scaled to l4-24gb by datasheet"
+    )
+    assert any("timed from l40s-48gb's" in w for w in l4.json()["warnings"])
     # A release the H100 has no profile of, where it has others of the engine: a 422 on
     # `engine` naming those it has (another release's kernels are not that release's).
     old = client.post("/v1/estimates/prefill", json=PREFILL | {"engine": "vllm@0.1.0"})

@@ -65,3 +65,25 @@ def test_cached_only_raises_on_a_miss_without_reading(sessions: Any) -> None:
     filled.gpu(GPU)
     with filled.cached_only():
         assert filled.gpu(GPU).spec.id == GPU  # a hit needs no database
+
+
+@pytest.mark.parametrize(
+    ("gpu", "nearest"),
+    [
+        # Same architecture first, then the nearest datasheet (bf16 peak and bandwidth).
+        ("h100-pcie-80gb", ("h100-sxm5-80gb", "h200-sxm-141gb")),
+        ("h20-96gb", ("h100-sxm5-80gb", "h200-sxm-141gb")),
+        ("a10g-24gb", ("a100-sxm4-80gb",)),
+        ("l4-24gb", ("l40s-48gb",)),
+        # A GPU with tables of its own still has relatives (for an engine it has none of).
+        ("h100-sxm5-80gb", ("h200-sxm-141gb",)),
+        # Another vendor's kernels are other software: no relatives.
+        ("mi300x-192gb", ()),
+    ],
+)
+def test_a_gpus_relatives_are_its_vendors_gpus_with_tables_nearest_first(
+    sessions: Any, gpu: str, nearest: tuple[str, ...]
+) -> None:
+    relatives = SpecCache(sessions, ttl_s=300.0).gpu(gpu).relatives
+    assert relatives[: len(nearest)] == nearest
+    assert gpu not in relatives

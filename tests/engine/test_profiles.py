@@ -254,6 +254,54 @@ def test_a_profile_crosses_to_a_heavy_work_process_whole() -> None:
     assert there.seconds(load) == here.seconds(load) > 0
 
 
+def _bound(parts: tuple[float, float]) -> float:
+    return max(parts)
+
+
+def test_tables_measured_on_another_gpu_are_scaled_by_the_roofline_ratio_of_each_shape() -> None:
+    """A GPU without tables timed from a relative's: each read is the relative's measured time
+    times the ratio of the two GPUs' roofline times of that op and shape. Half the bandwidth
+    and half the peaks: every kernel takes twice as long; half the bandwidth alone: the
+    weight-bound small batches twice, the compute-bound large prefill GEMMs the same."""
+    measured = ProfiledStepCost(MODEL, GPU, Deployment(), profile())
+    half = dataclasses.replace(
+        GPU,
+        id="half-gpu",
+        memory_bandwidth_bytes_per_s=GPU.memory_bandwidth_bytes_per_s / 2,
+        peak_flops_per_s={d: f / 2 for d, f in GPU.peak_flops_per_s.items()},
+    )
+    scaled = ProfiledStepCost(MODEL, half, Deployment(), profile(), measured_on=GPU)
+    for rows in (1.0, 3.0, 64.0, 1000.0, 32768.0):
+        for name in ("qkv", "o", "ffn", "lm_head"):
+            mine, theirs = getattr(scaled, name).parts(rows), getattr(measured, name).parts(rows)
+            assert _bound(mine) == pytest.approx(2 * _bound(theirs), rel=1e-9), (name, rows)
+    for length in (16.0, 1000.0, 8192.0):
+        pairs = length * (length + 1) / 2
+        mine = scaled.prefill_attention.parts(length, 1.0, pairs, length)
+        theirs = measured.prefill_attention.parts(length, 1.0, pairs, length)
+        assert _bound(mine) == pytest.approx(2 * _bound(theirs), rel=1e-9)
+        assert _bound(scaled.decode_attention.parts(8.0, 8 * length)) == pytest.approx(
+            2 * _bound(measured.decode_attention.parts(8.0, 8 * length)), rel=1e-9
+        )
+    assert scaled.basis["gemm"] == "profile test-gpu vllm@1.0 scaled to half-gpu by datasheet"
+
+    slow_memory = dataclasses.replace(
+        GPU, id="slow-memory", memory_bandwidth_bytes_per_s=GPU.memory_bandwidth_bytes_per_s / 2
+    )
+    scaled = ProfiledStepCost(MODEL, slow_memory, Deployment(), profile(), measured_on=GPU)
+    small, large = 1.0, 32768.0
+    assert _bound(scaled.ffn.parts(small)) == pytest.approx(
+        2 * _bound(measured.ffn.parts(small)), rel=1e-9
+    )
+    assert _bound(scaled.ffn.parts(large)) == pytest.approx(
+        _bound(measured.ffn.parts(large)), rel=1e-9
+    )
+    # It crosses to a heavy-work process as it is.
+    received = pickle.loads(pickle.dumps(scaled))
+    load = decode_load(8, 1000)
+    assert received.seconds(load) == scaled.seconds(load) > measured.seconds(load)
+
+
 def test_a_kept_timer_remembers_at_most_its_memo_entries_and_times_the_same() -> None:
     """The estimate path keeps timers for many requests with small memos
     (`memo_entries`): no memo grows past it (a full memo starts again, so the shapes of the

@@ -148,6 +148,8 @@ class GpuOffer:
     """What an answer planned on it says of the engine choice (an engine the roofline times)."""
     roofline_basis: str = ROOFLINE.label
     """What `basis` names where the roofline times the steps (`roofline`, or why it does)."""
+    measured_on: GpuSpec | None = None
+    """The GPU `profile` was measured on, when another: its tables scaled to this one."""
 
     def __post_init__(self) -> None:
         _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)

@@ -230,7 +230,9 @@ def _timer(
         if options.timer_factory is not step_cost_timer:
             return options.timer_factory(model, offer.gpu, deployment, offer.timing_efficiency)
         if offer.profile is not None:
-            return ProfiledStepCost(model, offer.gpu, deployment, offer.profile)
+            return ProfiledStepCost(
+                model, offer.gpu, deployment, offer.profile, measured_on=offer.measured_on
+            )
         graphs = () if offer.efficiency is IDEAL_EFFICIENCY else offer.graph_sizes(deployment.tp)
         return StepCostModel(model, offer.gpu, deployment, offer.timing_efficiency, graphs)
     except SpecError as error:

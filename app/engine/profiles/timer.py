@@ -25,12 +25,16 @@ of a new request's prefill, which kernel timings do not see (vLLM: 0.8 ms a laye
 
 A decode-only step runs at the engine's next CUDA-graph batch size up (its policy's
 `graph_sizes`, `app.engine.serving`).
+
+Tables measured on another GPU (`measured_on`, a relative of this one: `app.catalog.relatives`)
+are scaled as they are reduced: each point by the ratio of the two GPUs' roofline times of that
+op and shape, at the profile's fitted efficiencies (docs/model.md, section 6b).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from app.engine.dtypes import DType
 from app.engine.ops import LinearOp, Overhead
@@ -92,19 +96,24 @@ class ProfiledStepCost(StepCostModel):
         efficiency: Efficiency | None = None,
         *,
         memo_entries: int = MEMO_ENTRIES,
+        measured_on: GpuSpec | None = None,
     ) -> None:
         deployment = deployment or Deployment()
-        super().__init__(
-            model,
-            gpu,
-            deployment,
-            efficiency or profile.fitted,
-            policy_of(profile.engine).graph_sizes(profile.version, deployment.tp),
-        )
+        graphs = policy_of(profile.engine).graph_sizes(profile.version, deployment.tp)
+        super().__init__(model, gpu, deployment, efficiency or profile.fitted, graphs)
         self.profile = profile
         self.memo_entries = memo_entries
         """Shapes each of its measured op classes remembers (`measured.MEMO_ENTRIES`)."""
         self.given_efficiency = efficiency
+        self.measured_on = measured_on
+        """The GPU the profile's tables were measured on, when it is not `gpu`: each table read
+        is scaled by the ratio of the two GPUs' roofline times of the same op and shape (the
+        kernels' efficiency on the measured GPU carried over to this one's datasheet)."""
+        self.reference: StepCostModel | None = (
+            None
+            if measured_on is None
+            else StepCostModel(model, measured_on, deployment, efficiency or profile.fitted, graphs)
+        )
         # MLA's projections and attention are not the GQA shapes the GEMM and attention tables
         # hold: DeepSeek-V3's are timed by the MLA module tables where the profile has them,
         # other MLA shapes by the roofline fitted to the profile.
@@ -114,6 +123,9 @@ class ProfiledStepCost(StepCostModel):
             measured.add(OpFamily.GEMM)
         experts = _moe_curve(model, deployment, profile)
         if experts is not None:
+            if self.reference is not None:
+                mine, theirs = self.experts, self.reference.experts
+                experts = _scaled(experts, lambda n: _ratio(mine.parts(n), theirs.parts(n)))
             self.experts = MeasuredExperts(self.experts, experts, memo_entries)
             measured.add(OpFamily.MOE)
         if not mla:
@@ -147,9 +159,11 @@ class ProfiledStepCost(StepCostModel):
                 )
                 o = _curve(ms, [_layered(gemm, m, d, heads * h, layers) for m in ms])
                 if qkv is not None:
+                    qkv = self._scaled_linear(qkv, self.qkv, "qkv")
                     self.qkv = MeasuredLinear(self.qkv, qkv, self.memo_entries)
                     curves += 1
                 if o is not None:
+                    o = self._scaled_linear(o, self.o, "o")
                     self.o = MeasuredLinear(self.o, o, self.memo_entries)
                     curves += 1
             if dense_layers and self.has_ffn:
@@ -166,12 +180,14 @@ class ProfiledStepCost(StepCostModel):
                     ],
                 )
                 if ffn is not None:
+                    ffn = self._scaled_linear(ffn, self.ffn, "ffn")
                     self.ffn = MeasuredLinear(self.ffn, ffn, self.memo_entries)
         activation_gemm = profile.gemm.get(deployment.activation_dtype)
         if activation_gemm is not None:
             ms = activation_gemm.axes[0]
             lm = _curve(ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms])
             if lm is not None:
+                lm = self._scaled_linear(lm, self.lm_head, "lm_head")
                 self.lm_head = MeasuredLinear(self.lm_head, lm, self.memo_entries)
                 curves += 1
         return curves == 3
@@ -190,17 +206,61 @@ class ProfiledStepCost(StepCostModel):
         if prefill is not None:
             grid, scale = prefill
             self.prefill_attention = MeasuredPrefillAttention(
-                self.prefill_attention, grid, scale, layers, self.memo_entries
+                self.prefill_attention, self._scaled_prefill(grid), scale, layers, self.memo_entries
             )
             measured.add(OpFamily.PREFILL_ATTENTION)
         decode = self.profile.attention(False, kv_dtype, heads, kv_heads, h)
         if decode is not None:
             grid, scale = decode
             self.decode_attention = MeasuredDecodeAttention(
-                self.decode_attention, grid, scale, layers, self.memo_entries
+                self.decode_attention, self._scaled_decode(grid), scale, layers, self.memo_entries
             )
             measured.add(OpFamily.DECODE_ATTENTION)
         return measured
+
+    def _scaled_linear(self, curve: Curve, mine: LinearOp, name: str) -> Curve:
+        """`curve` of a linear op class as this GPU runs it (`measured_on`)."""
+        if self.reference is None:
+            return curve
+        theirs: LinearOp = getattr(self.reference, name)
+        return _scaled(curve, lambda m: _ratio(mine.parts(m), theirs.parts(m)))
+
+    def _scaled_prefill(self, grid: Grid, projections: bool = False) -> Grid:
+        """A prefill attention table (batch, prompt length) as this GPU runs it: every cell
+        scaled by the roofline ratio of one prompt of that length (attention is linear in the
+        batch), its QKV and O projections with it for a module table (`projections`)."""
+        reference = self.reference
+        if reference is None:
+            return grid
+        mine, theirs = self.prefill_attention, reference.prefill_attention
+        lengths = grid.axes[1]
+        ratios: list[float] = []
+        for length in lengths:
+            pairs = length * (length + 1) / 2.0
+            t_mine = _bound(mine.parts(length, 1.0, pairs, length))
+            t_theirs = _bound(theirs.parts(length, 1.0, pairs, length))
+            if projections:
+                t_mine += _bound(self.qkv.parts(length)) + _bound(self.o.parts(length))
+                t_theirs += _bound(reference.qkv.parts(length)) + _bound(reference.o.parts(length))
+            ratios.append(t_mine / t_theirs if t_theirs > 0.0 else 1.0)
+        return _scaled_grid(grid, ratios)
+
+    def _scaled_decode(self, grid: Grid, projections: bool = False) -> Grid:
+        """A decode attention table (batch, context) as this GPU runs it (as `_scaled_prefill`,
+        one sequence of that context)."""
+        reference = self.reference
+        if reference is None:
+            return grid
+        mine, theirs = self.decode_attention, reference.decode_attention
+        ratios: list[float] = []
+        for context in grid.axes[1]:
+            t_mine = _bound(mine.parts(1.0, context))
+            t_theirs = _bound(theirs.parts(1.0, context))
+            if projections:
+                t_mine += _bound(self.qkv.parts(1.0)) + _bound(self.o.parts(1.0))
+                t_theirs += _bound(reference.qkv.parts(1.0)) + _bound(reference.o.parts(1.0))
+            ratios.append(t_mine / t_theirs if t_theirs > 0.0 else 1.0)
+        return _scaled_grid(grid, ratios)
 
     def _measure_mla_module(self) -> bool:
         """DeepSeek-V3's MLA (Kimi K2's too: the same widths, fewer heads) from the profile's
@@ -217,6 +277,8 @@ class ProfiledStepCost(StepCostModel):
         if prefill is None or decode is None:
             return False
         layers = model.num_layers
+        prefill = self._scaled_prefill(prefill, projections=True)
+        decode = self._scaled_decode(decode, projections=True)
         prefill_op = MeasuredPrefillAttention(
             self.prefill_attention, prefill, 1.0, layers, self.memo_entries
         )
@@ -240,6 +302,17 @@ class ProfiledStepCost(StepCostModel):
         curve = _curve(sizes, [all_reduce.at(s, tp) for s in sizes], from_one=False)
         if curve is None:
             return False
+        reference = self.reference
+        if reference is not None:
+            mine, theirs = self.communication, reference.communication
+            token_bytes = self.model.hidden_size * 2.0
+            curve = _scaled(
+                curve,
+                lambda size: _positive_ratio(
+                    mine.tensor_parallel(size / token_bytes),
+                    theirs.tensor_parallel(size / token_bytes),
+                ),
+            )
         self.communication = MeasuredCommunication(
             self.communication,
             curve,
@@ -249,18 +322,21 @@ class ProfiledStepCost(StepCostModel):
         return True
 
     def __reduce__(self) -> tuple[object, ...]:
-        return type(self), (
+        return _rebuilt, (
             self.model,
             self.gpu,
             self.deployment,
             self.profile,
             self.given_efficiency,
+            self.measured_on,
         )
 
     def _basis(self, measured: set[OpFamily]) -> dict[str, str]:
-        """Per op family, the profile's label where its tables time it, else the roofline
-        fitted to the profile."""
+        """Per op family, the profile's label where its tables time it (scaled to this GPU
+        where they were measured on another), else the roofline fitted to the profile."""
         label, roofline = self.profile.label, f"roofline fitted to {self.profile.label}"
+        if self.measured_on is not None:
+            label = f"{label} scaled to {self.gpu.id} by datasheet"
         families = [OpFamily.GEMM, OpFamily.PREFILL_ATTENTION, OpFamily.DECODE_ATTENTION]
         basis = {family.value: label if family in measured else roofline for family in families}
         basis[OpFamily.OVERHEAD.value] = label
@@ -328,3 +404,41 @@ def _table_for(tables: Mapping[DType, Grid], weight_dtype: DType) -> Grid | None
 
 def _sum(*parts: float | None) -> float | None:
     return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def _bound(parts: tuple[float, float]) -> float:
+    """An op's roofline seconds: the larger of its compute and its memory time."""
+    compute_s, memory_s = parts
+    return compute_s if compute_s > memory_s else memory_s
+
+
+def _ratio(mine: tuple[float, float], theirs: tuple[float, float]) -> float:
+    return _positive_ratio(_bound(mine), _bound(theirs))
+
+
+def _positive_ratio(mine: float, theirs: float) -> float:
+    return mine / theirs if mine > 0.0 and theirs > 0.0 else 1.0
+
+
+def _scaled(curve: Curve, ratio: Callable[[float], float]) -> Curve:
+    """`curve` with each point's time multiplied by `ratio` at its x."""
+    return Curve(curve.xs, tuple(y * ratio(x) for x, y in zip(curve.xs, curve.ys, strict=True)))
+
+
+def _scaled_grid(grid: Grid, ratios: list[float]) -> Grid:
+    """A two-axis `grid` with each cell multiplied by the ratio of its second axis' value."""
+    width = len(grid.axes[1])
+    values = tuple(None if v is None else v * ratios[i % width] for i, v in enumerate(grid.values))
+    return Grid(grid.axes, values)
+
+
+def _rebuilt(  # noqa: PLR0917 - what pickle passes, positionally
+    model: ModelSpec,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    profile: Profile,
+    efficiency: Efficiency | None,
+    measured_on: GpuSpec | None,
+) -> ProfiledStepCost:
+    """A pickled timer in another process (with the default memos)."""
+    return ProfiledStepCost(model, gpu, deployment, profile, efficiency, measured_on=measured_on)
