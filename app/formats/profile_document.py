@@ -164,7 +164,8 @@ class AllReduceTable(_Table):
 
 
 class MoeTableDoc(_Table):
-    """The routed experts of one MoE layer shape (fused-MoE kernel, ep 1): ms by tokens."""
+    """The routed experts of one MoE layer shape on one GPU (fused-MoE kernel), their width
+    split `tp` ways and the experts `ep` ways: ms by the tokens entering the layer."""
 
     dtype: ComputeFormat = Field(description="Expert weight format.")
     hidden: int = Field(gt=0, le=2**17, description="Model width.")
@@ -172,6 +173,9 @@ class MoeTableDoc(_Table):
     topk: int = Field(gt=0, le=1024, description="Experts each token is routed to.")
     experts: int = Field(gt=0, le=4096, description="Routed experts.")
     tp: int = Field(gt=0, le=1024, description="Tensor parallelism within the experts.")
+    ep: int = Field(
+        default=1, gt=0, le=1024, description="Expert parallelism: GPUs the experts are split over."
+    )
     tokens: Axis = Field(description="Tokens through the layer.")
     ms: Cells = Field(description="Milliseconds per layer; null: not measured.")
 
@@ -183,8 +187,8 @@ class MoeTableDoc(_Table):
     def grid(self) -> Grid:
         return Grid((tuple(self.tokens),), tuple(self.ms))
 
-    def key(self) -> tuple[DType, int, int, int, int, int]:
-        return (self.dtype, self.hidden, self.inter, self.topk, self.experts, self.tp)
+    def key(self) -> tuple[DType, int, int, int, int, int, int]:
+        return (self.dtype, self.hidden, self.inter, self.topk, self.experts, self.tp, self.ep)
 
 
 class MlaModuleTableDoc(_BatchTokensTable):
@@ -326,8 +330,8 @@ class ProfileDocument(BaseModel):
     all_reduce: AllReduceTable | None = Field(default=None, description="All-reduce table.")
     moe: list[MoeTableDoc] = Field(
         default_factory=list,
-        max_length=4096,
-        description="Routed-expert tables, one per MoE layer shape and tensor-parallel degree.",
+        max_length=8192,
+        description="Routed-expert tables, one per MoE layer shape and (tp, ep) of the experts.",
     )
     prefill_mla: list[MlaModuleTableDoc] = Field(
         default_factory=list,

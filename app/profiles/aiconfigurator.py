@@ -125,6 +125,29 @@ def _optional_dir(root: Path, op: str, engine: str, version: str, table: str) ->
         return None
 
 
+def _older_dirs(root: Path, op: str, engine: str, version: str, table: str) -> list[Path]:
+    """Every directory of `op`'s `table` under `engine` at `version` or older, newest first: a
+    release's collection may re-measure only some shapes (TensorRT-LLM 1.3.0rc23's MoE table
+    holds 52 of rc20's 2,250), and a shape it lacks is the same kernel measured last under an
+    older release."""
+    backend = policy_of(engine).silicon_backend
+    return [
+        root / op / str(backend) / v
+        for v in reversed(engine_versions(root, op, engine, table))
+        if version_key(v) <= version_key(version)
+    ]
+
+
+def _filled(tables_by_version: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One table per shape from tables listed newest version first: each shape's newest."""
+    kept: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for tables in tables_by_version:
+        for table in tables:
+            shape = tuple(v for k, v in table.items() if k not in ("tokens", "ms"))
+            kept.setdefault(shape, table)
+    return [kept[shape] for shape in sorted(kept)]
+
+
 def _keep_fastest(cells: dict[Any, float], key: Any, latency: float) -> None:
     """Several kernels measured one shape: the engine picks the fastest."""
     best = cells.get(key)
@@ -217,12 +240,12 @@ power-law skews; a mild power law is what real traffic routes like (its default)
 
 
 def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fused-MoE layer time by tokens per (format, hidden, expert width, top-k, experts, tp),
-    without expert parallelism, at the kept routing skew; the fastest kernel per shape."""
-    shapes: dict[tuple[DType, int, int, int, int, int], dict[float, float]] = defaultdict(dict)
+    """Fused-MoE layer time by tokens per (format, hidden, expert width, top-k, experts, tp,
+    ep) at the kept routing skew; the fastest kernel per shape."""
+    shapes: dict[tuple[DType, int, int, int, int, int, int], dict[float, float]] = defaultdict(dict)
     for row in rows:
         dtype = _DTYPES.get(row["moe_dtype"])
-        if dtype is None or row["moe_ep_size"] != 1 or row["distribution"] != _MOE_DISTRIBUTION:
+        if dtype is None or row["distribution"] != _MOE_DISTRIBUTION:
             continue
         key = (
             dtype,
@@ -231,11 +254,12 @@ def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             row["topk"],
             row["num_experts"],
             row["moe_tp_size"],
+            row["moe_ep_size"],
         )
         count = float(row["num_tokens"])
         _keep_fastest(shapes[key], count, row["latency"])
     tables = []
-    for (dtype, hidden, inter, topk, experts, tp), cells in sorted(shapes.items()):
+    for (dtype, hidden, inter, topk, experts, tp, ep), cells in sorted(shapes.items()):
         tokens = sorted(cells)
         tables.append(
             {
@@ -245,6 +269,7 @@ def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "topk": topk,
                 "experts": experts,
                 "tp": tp,
+                "ep": ep,
                 "tokens": tokens,
                 "ms": [_round(cells[t]) for t in tokens],
             }
@@ -316,8 +341,10 @@ def import_profile(
     all_reduce = (
         _all_reduce_table(_rows(comm_dir / "custom_allreduce_perf.parquet")) if comm_dir else None
     )
-    moe_dir = _optional_dir(data, "moe", engine, version, "moe_perf.parquet")
-    moe = _moe_tables(_rows(moe_dir / "moe_perf.parquet")) if moe_dir else []
+    moe_dirs = _older_dirs(data, "moe", engine, version, "moe_perf.parquet")
+    moe = _filled(_moe_tables(_rows(d / "moe_perf.parquet")) for d in moe_dirs)
+    moe_dir = moe_dirs[0] if moe_dirs else None
+    moe_filled = ", ".join(str(d.relative_to(data)) for d in moe_dirs[1:]) or "none"
     mla_dir = _optional_dir(data, "mla", engine, version, "mla_generation_module_perf.parquet")
     prefill_mla, decode_mla = [], []
     if mla_dir is not None:
@@ -345,9 +372,10 @@ def import_profile(
                 f"{attention_dir.relative_to(data)}, all-reduce from "
                 f"{comm_dir.relative_to(data) if comm_dir else 'none'}, "
                 f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}, "
+                f"moe shapes that lacks from {moe_filled} (newest first), "
                 f"MLA module from {mla_dir.relative_to(data) if mla_dir else 'none'}; "
-                "M at powers of two, attention without a window, experts without expert "
-                f"parallelism at routing skew {_MOE_DISTRIBUTION}, fastest kernel per shape; "
+                "M at powers of two, attention without a window, experts at routing skew "
+                f"{_MOE_DISTRIBUTION}, fastest kernel per shape; "
                 f"latencies rounded to {_SIGNIFICANT} significant digits. Apache-2.0."
             ),
         },

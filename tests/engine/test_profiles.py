@@ -208,7 +208,7 @@ def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
     )
     tokens = (1.0, 64.0, 4096.0)
     table = Grid((tokens,), (0.02, 0.1, 2.0))
-    with_table = profile(moe={(DType.BF16, 1024, 4096, 2, 8, 1): table})
+    with_table = profile(moe={(DType.BF16, 1024, 4096, 2, 8, 1, 1): table})
     cost = ProfiledStepCost(moe_model, GPU, Deployment(), with_table)
     assert cost.basis["moe"] == "profile test-gpu vllm@1.0"
     without = ProfiledStepCost(moe_model, GPU, Deployment(), profile())
@@ -220,6 +220,50 @@ def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
     )
     assert difference == pytest.approx(4 * 0.1e-3 - roofline_experts, rel=1e-9)
     assert cost.breakdown(load).total_s == pytest.approx(cost.seconds(load), rel=1e-12)
+
+
+def test_shared_experts_and_expert_parallel_splits_come_from_their_tables() -> None:
+    """A DeepSeek-shaped MoE layer: one shared expert beside the routed ones. The routed
+    experts are read from the table of the split the layout makes (tp 2: each expert's width
+    halved, tp 2 and ep 1 in the table; tp 2 with ep 2: the experts halved, tp 1 and ep 2); the
+    shared expert, a gated FFN of its width over the tp x dp GPUs, from the GEMM table. Four MoE
+    layers of both at the step's tokens."""
+    model = ModelSpec(
+        **{
+            **{f: getattr(MODEL, f) for f in ("num_layers", "hidden_size", "num_attention_heads")},
+            "num_kv_heads": 2,
+            "head_dim": 128,
+            "intermediate_size": 4096,
+            "ffn_type": FfnType.GATED,
+            "vocab_size": 32768,
+            "max_context_tokens": 32768,
+            "moe": MoeSpec(
+                num_experts=8,
+                experts_per_token=2,
+                expert_intermediate_size=4096,
+                num_shared_experts=1,
+                shared_expert_intermediate_size=2048,
+            ),
+        }
+    )
+    tokens = (1.0, 64.0, 4096.0)
+    tp_table = Grid((tokens,), (0.02, 0.1, 2.0))
+    ep_table = Grid((tokens,), (0.03, 0.2, 3.0))
+    tables = {
+        (DType.BF16, 1024, 4096, 2, 8, 2, 1): tp_table,
+        (DType.BF16, 1024, 4096, 2, 8, 1, 2): ep_table,
+    }
+    width = 2048 / 2  # the shared expert's width on each of the two GPUs
+    shared_ms = 2 * 64 * (2 * width) * 1024 / RATE * 1e3 + 2 * 64 * 1024 * width / RATE * 1e3
+    for deployment, routed_ms in ((Deployment(tp=2), 0.1), (Deployment(tp=2, ep=2), 0.2)):
+        cost = ProfiledStepCost(model, GPU, deployment, profile(moe=tables))
+        assert cost.basis["moe"] == "profile test-gpu vllm@1.0", deployment
+        assert max(cost.experts.parts(64.0)) == pytest.approx(
+            4 * (routed_ms + shared_ms) * 1e-3, rel=1e-9
+        )
+    # A split without a table (ep over tp 2 x dp 2: tp 1 and ep 4) is the roofline's.
+    other = ProfiledStepCost(model, GPU, Deployment(tp=2, dp=2, ep=4), profile(moe=tables))
+    assert other.basis["moe"].startswith("roofline fitted")
 
 
 def test_time_totals_of_a_profiled_step_are_its_breakdown_summed() -> None:

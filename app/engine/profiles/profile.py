@@ -83,7 +83,7 @@ class Profile:
     decode_attention: Mapping[DType, tuple[AttentionTable, ...]] = field(default_factory=dict)
     all_reduce: Grid | None = None
     """Milliseconds by (bytes per GPU, GPUs), bf16 activations."""
-    moe: Mapping[tuple[DType, int, int, int, int, int], Grid] = field(default_factory=dict)
+    moe: Mapping[tuple[DType, int, int, int, int, int, int], Grid] = field(default_factory=dict)
     """Routed experts of one MoE layer, milliseconds by tokens, keyed by (weight format, hidden,
     expert width, experts per token, experts, tp)."""
     prefill_mla: Mapping[tuple[DType, DType, int], Grid] = field(default_factory=dict)

@@ -17,7 +17,8 @@ Per GPU of the tensor-parallel group, a step takes
       (DeepSeek-V3-shaped MLA: layers x the MLA module(batch, tokens), its projections with it)
     + 2 x layers x all-reduce(tokens x d x 2 bytes, tp)
     + the MoE router by the roofline; routed experts from the profile's fused-MoE table of the
-      layer shape (tokens, hidden, expert width, top-k, experts, tp), else the roofline
+      layer shape and split (tokens, hidden, expert width, top-k, experts, tp, ep) and shared
+      experts from the GEMM table, else both by the roofline
     + the engine's overhead(sequences, tokens)
 
 and each request's first token waits `request_overhead_s` more: the engine's per-layer dispatch
@@ -368,19 +369,24 @@ def _deepseek_v3_mla(model: ModelSpec) -> bool:
 
 
 def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
-    """All MoE layers' routed experts over tokens, from the profile's fused-MoE table of this
-    layer shape (none for shared experts, which the tables do not hold)."""
+    """All MoE layers' experts over the tokens entering them, on one GPU: the routed ones from
+    the profile's fused-MoE table of this layer shape and split (the experts' width `tp x dp /
+    ep` ways, the experts `ep` ways), the shared ones (an always-on FFN of their width, split
+    `tp x dp` ways) from the GEMM table of the experts' format. None where either is not
+    measured, or the layers are split into pipeline stages."""
     moe = model.moe
-    if moe is None or moe.num_shared_experts or deployment.is_layout:
+    if moe is None or deployment.pp > 1:
         return None
     dtype = expert_dtype_for(model, deployment)
+    shards, ep = deployment.expert_shards, deployment.ep
     key = (
         dtype,
         model.hidden_size,
         moe.expert_intermediate_size,
         moe.experts_per_token,
         moe.num_experts,
-        deployment.tp,
+        max(1, shards // ep),
+        ep,
     )
     table = profile.moe.get(key)
     if table is None and dtype in _SAME_BYTES:
@@ -389,7 +395,18 @@ def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Cu
         return None
     moe_layers = model.num_layers - moe.num_dense_layers
     tokens = table.axes[0]
-    return _curve(tokens, [None if (t := table.at(n)) is None else t * moe_layers for n in tokens])
+    routed = [table.at(n) for n in tokens]
+    if moe.num_shared_experts:
+        gemm = _table_for(profile.gemm, dtype)
+        if gemm is None:
+            return None
+        d, width = model.hidden_size, moe.num_shared_experts * moe.shared_width / shards
+        up = (model.ffn_type.matrices - 1) * width
+        routed = [
+            _sum(one, _gemm_ms(gemm, n, up, d), _gemm_ms(gemm, n, d, width))
+            for n, one in zip(tokens, routed, strict=True)
+        ]
+    return _curve(tokens, [None if t is None else t * moe_layers for t in routed])
 
 
 def _table_for(tables: Mapping[DType, Grid], weight_dtype: DType) -> Grid | None:
