@@ -191,10 +191,9 @@ def test_fitted_efficiency_and_held_out_error_of_a_known_table() -> None:
     assert bent is not None and bent > 1.0  # the floor bends the curve: not free
 
 
-def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
-    """A Mixtral-shaped MoE model (8 experts, top-2, width 4,096): four MoE layers of the
-    table's time at the step's token count, plus the router by the roofline."""
-    moe_model = ModelSpec(
+def _moe_model(moe: MoeSpec) -> ModelSpec:
+    """`MODEL`'s layers, width and heads with `moe` in its FFN."""
+    return ModelSpec(
         **{
             **{f: getattr(MODEL, f) for f in ("num_layers", "hidden_size", "num_attention_heads")},
             "num_kv_heads": 2,
@@ -203,8 +202,16 @@ def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
             "ffn_type": FfnType.GATED,
             "vocab_size": 32768,
             "max_context_tokens": 32768,
-            "moe": MoeSpec(num_experts=8, experts_per_token=2, expert_intermediate_size=4096),
+            "moe": moe,
         }
+    )
+
+
+def test_routed_experts_come_from_the_moe_table_of_the_layer_shape() -> None:
+    """A Mixtral-shaped MoE model (8 experts, top-2, width 4,096): four MoE layers of the
+    table's time at the step's token count, plus the router by the roofline."""
+    moe_model = _moe_model(
+        MoeSpec(num_experts=8, experts_per_token=2, expert_intermediate_size=4096)
     )
     tokens = (1.0, 64.0, 4096.0)
     table = Grid((tokens,), (0.02, 0.1, 2.0))
@@ -228,23 +235,14 @@ def test_shared_experts_and_expert_parallel_splits_come_from_their_tables() -> N
     halved, tp 2 and ep 1 in the table; tp 2 with ep 2: the experts halved, tp 1 and ep 2); the
     shared expert, a gated FFN of its width over the tp x dp GPUs, from the GEMM table. Four MoE
     layers of both at the step's tokens."""
-    model = ModelSpec(
-        **{
-            **{f: getattr(MODEL, f) for f in ("num_layers", "hidden_size", "num_attention_heads")},
-            "num_kv_heads": 2,
-            "head_dim": 128,
-            "intermediate_size": 4096,
-            "ffn_type": FfnType.GATED,
-            "vocab_size": 32768,
-            "max_context_tokens": 32768,
-            "moe": MoeSpec(
-                num_experts=8,
-                experts_per_token=2,
-                expert_intermediate_size=4096,
-                num_shared_experts=1,
-                shared_expert_intermediate_size=2048,
-            ),
-        }
+    model = _moe_model(
+        MoeSpec(
+            num_experts=8,
+            experts_per_token=2,
+            expert_intermediate_size=4096,
+            num_shared_experts=1,
+            shared_expert_intermediate_size=2048,
+        )
     )
     tokens = (1.0, 64.0, 4096.0)
     tp_table = Grid((tokens,), (0.02, 0.1, 2.0))
