@@ -146,9 +146,10 @@ class AttentionTableDoc(_BatchTokensTable):
 
 
 class AllReduceTable(_Table):
-    """An all-reduce of bf16 activations: ms by (bytes per GPU, GPUs)."""
+    """A collective of bf16 activations (an all-reduce; as `all_to_all`, NCCL's all-to-all of
+    a buffer per GPU split evenly among the group): ms by (bytes per GPU, GPUs)."""
 
-    bytes: Axis = Field(description="Bytes all-reduced per GPU.")
+    bytes: Axis = Field(description="Bytes per GPU.")
     gpus: Annotated[list[Annotated[int, Field(ge=2, le=1024)]], Field(min_length=1)] = Field(
         description=("GPUs in the group.")
     )
@@ -328,6 +329,13 @@ class ProfileDocument(BaseModel):
         description=("Decode attention tables, one per head layout and KV format."),
     )
     all_reduce: AllReduceTable | None = Field(default=None, description="All-reduce table.")
+    all_to_all: AllReduceTable | None = Field(
+        default=None,
+        description=(
+            "All-to-all table (the expert-parallel dispatch and combine): ms by the bytes each "
+            "GPU sends to the group in all, and the group's GPUs."
+        ),
+    )
     moe: list[MoeTableDoc] = Field(
         default_factory=list,
         max_length=8192,
@@ -382,6 +390,7 @@ class ProfileDocument(BaseModel):
             prefill_attention={k: tuple(v) for k, v in prefill.items()},
             decode_attention={k: tuple(v) for k, v in decode.items()},
             all_reduce=self.all_reduce.grid() if self.all_reduce else None,
+            all_to_all=self.all_to_all.grid() if self.all_to_all else None,
             moe={table.key(): table.grid() for table in self.moe},
             prefill_mla={table.key(): table.grid() for table in self.prefill_mla},
             decode_mla={table.key(): table.grid() for table in self.decode_mla},

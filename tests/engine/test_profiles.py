@@ -264,6 +264,31 @@ def test_shared_experts_and_expert_parallel_splits_come_from_their_tables() -> N
     assert other.basis["moe"].startswith("roofline fitted")
 
 
+def test_the_expert_parallel_exchange_comes_from_the_all_to_all_table() -> None:
+    """Under ep each MoE layer dispatches and combines with an all-to-all over the experts'
+    GPUs: each sends its share of the replica's tokens (1 / (tp x dp)), each to its k experts,
+    d activations of 2 bytes. Four MoE layers x 2 exchanges of the table's time at those bytes;
+    `basis` calls communication measured only when the all-reduces are too."""
+    model = _moe_model(MoeSpec(num_experts=8, experts_per_token=2, expert_intermediate_size=4096))
+    sizes = (1024.0, 65536.0, 1 << 24)
+    # 10 us a call up to 64 KiB, then 100 GB/s: log-log exact at the points only.
+    a2a = Grid((sizes, (2.0, 4.0)), tuple(v for s in sizes for v in (0.01 + s / 1e8,) * 2))
+    all_reduce = Grid((sizes, (2.0,)), tuple(0.005 + s / 2e8 for s in sizes))
+    measured = profile(all_to_all=a2a, all_reduce=all_reduce)
+    cost = ProfiledStepCost(model, GPU, Deployment(tp=2, ep=2), measured)
+    tokens = 65536.0 / (2 * 1024 * 2.0 / 2)  # a GPU's bytes: exactly the table's 64 KiB
+    assert cost.communication.layout(tokens) == pytest.approx(
+        4 * 2 * (0.01 + 65536.0 / 1e8) * 1e-3, rel=1e-9
+    )
+    assert cost.basis["communication"] == "profile test-gpu vllm@1.0"
+    roofline = ProfiledStepCost(model, GPU, Deployment(tp=2, ep=2), profile(all_reduce=all_reduce))
+    assert roofline.basis["communication"].startswith("roofline fitted")
+    assert roofline.communication.layout(tokens) != cost.communication.layout(tokens)
+    # Without ep the experts' exchange is the all-reduce's (no all-to-all read).
+    plain = ProfiledStepCost(model, GPU, Deployment(tp=2), measured)
+    assert plain.communication.layout(tokens) == 0.0
+
+
 def test_time_totals_of_a_profiled_step_are_its_breakdown_summed() -> None:
     """The measured times replace the roofline's op by op in `breakdown` and `time_totals`
     alike: the same floats, for a decode step (CUDA-graph padded), a prefill and a mix."""

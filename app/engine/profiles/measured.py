@@ -228,11 +228,20 @@ class MeasuredDecodeAttention(DecodeAttention):
 
 class MeasuredCommunication(Communication):
     """The tensor-parallel all-reduces read from the profile's curve at the group's size (a
-    rank's tokens times the activation bytes of one token, each of the step's all-reduces);
-    the layout's exchanges stay the roofline's."""
+    rank's tokens times the activation bytes of one token, each of the step's all-reduces), and
+    the expert-parallel dispatch and combine from its all-to-all curve at the experts' group (the
+    bytes each GPU sends: its share of the replica's tokens, each to its k experts, per MoE
+    layer twice); each the roofline's where its curve is None or does not reach."""
 
-    def __init__(
-        self, roofline: Communication, curve: Curve, token_bytes: float, allreduces: int
+    def __init__(  # noqa: PLR0917 - the two curves and what reads them, in order
+        self,
+        roofline: Communication,
+        curve: Curve | None,
+        token_bytes: float,
+        allreduces: int,
+        exchange: Curve | None = None,
+        exchange_bytes_per_token: float = 0.0,
+        exchanges: int = 0,
     ) -> None:
         super().__init__(
             roofline.allreduce_s_per_token,
@@ -243,11 +252,28 @@ class MeasuredCommunication(Communication):
         self.curve = curve
         self.token_bytes = token_bytes
         self.allreduces = allreduces
-        self.smallest_bytes = curve.xs[0]
+        self.smallest_bytes = curve.xs[0] if curve is not None else 0.0
+        self.exchange = exchange
+        self.exchange_bytes_per_token = exchange_bytes_per_token
+        self.exchanges = exchanges
 
     def tensor_parallel(self, tokens: float) -> float:
+        curve = self.curve
+        if curve is None:
+            return Communication.tensor_parallel(self, tokens)
         size = tokens * self.token_bytes
-        found = self.curve.at(size if size > self.smallest_bytes else self.smallest_bytes)
+        found = curve.at(size if size > self.smallest_bytes else self.smallest_bytes)
         if found is None:
             return Communication.tensor_parallel(self, tokens)
         return found * self.allreduces
+
+    def layout(self, replica_tokens: float) -> float:
+        exchange = self.exchange
+        if exchange is None:
+            return Communication.layout(self, replica_tokens)
+        size = replica_tokens * self.exchange_bytes_per_token
+        smallest = exchange.xs[0]
+        found = exchange.at(size if size > smallest else smallest)
+        if found is None:
+            return Communication.layout(self, replica_tokens)
+        return found * self.exchanges + replica_tokens / self.dp * self.stage_s_per_token

@@ -82,6 +82,8 @@ class Profile:
     """Per KV-cache format."""
     decode_attention: Mapping[DType, tuple[AttentionTable, ...]] = field(default_factory=dict)
     all_reduce: Grid | None = None
+    all_to_all: Grid | None = None
+    """ms by (bytes each GPU sends in all, GPUs): the expert-parallel dispatch and combine."""
     """Milliseconds by (bytes per GPU, GPUs), bf16 activations."""
     moe: Mapping[tuple[DType, int, int, int, int, int, int], Grid] = field(default_factory=dict)
     """Routed experts of one MoE layer, milliseconds by tokens, keyed by (weight format, hidden,

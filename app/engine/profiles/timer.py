@@ -16,6 +16,7 @@ Per GPU of the tensor-parallel group, a step takes
     + layers x attention(batch, tokens) of the heads on this GPU
       (DeepSeek-V3-shaped MLA: layers x the MLA module(batch, tokens), its projections with it)
     + 2 x layers x all-reduce(tokens x d x 2 bytes, tp)
+    + under ep, 2 x MoE layers x all-to-all(tokens / (tp x dp) x k x d x 2 bytes, tp x dp)
     + the MoE router by the roofline; routed experts from the profile's fused-MoE table of the
       layer shape and split (tokens, hidden, expert width, top-k, experts, tp, ep) and shared
       experts from the GEMM table, else both by the roofline
@@ -135,7 +136,7 @@ class ProfiledStepCost(StepCostModel):
             measured |= {OpFamily.PREFILL_ATTENTION, OpFamily.DECODE_ATTENTION}
             if isinstance(self.lm_head, MeasuredLinear):
                 measured.add(OpFamily.GEMM)
-        if self._measure_all_reduce():
+        if self._measure_communication():
             measured.add(OpFamily.COMMUNICATION)
         overhead = profile.overhead
         self.overhead = Overhead(overhead.step_ms, overhead.per_sequence_ms, overhead.per_token_ms)
@@ -293,34 +294,72 @@ class ProfiledStepCost(StepCostModel):
         self.o = LinearOp(self.o.op_class, 0.0, 0.0, 0.0)
         return True
 
-    def _measure_all_reduce(self) -> bool:
-        """The tensor-parallel all-reduces from the table at the group's size, where it has
-        it."""
-        tp, all_reduce = self.deployment.tp, self.profile.all_reduce
-        if tp <= 1 or all_reduce is None or tp not in all_reduce.axes[1]:
+    def _measure_communication(self) -> bool:
+        """The tensor-parallel all-reduces from the table at the group's size, and the
+        expert-parallel all-to-alls from the table at the experts' group, where it has them;
+        whether every exchange the layout makes is measured (False when it makes none)."""
+        tp, deployment, model = self.deployment.tp, self.deployment, self.model
+        all_reduce = self._all_reduce_curve() if tp > 1 else None
+        moe = model.moe
+        exchange: Curve | None = None
+        if moe is not None and deployment.ep > 1 and deployment.pp == 1:
+            exchange = self._all_to_all_curve()
+        if all_reduce is None and exchange is None:
             return False
-        sizes = all_reduce.axes[0]
-        curve = _curve(sizes, [all_reduce.at(s, tp) for s in sizes], from_one=False)
-        if curve is None:
-            return False
-        reference = self.reference
-        if reference is not None:
-            mine, theirs = self.communication, reference.communication
-            token_bytes = self.model.hidden_size * 2.0
-            curve = _scaled(
-                curve,
-                lambda size: _positive_ratio(
-                    mine.tensor_parallel(size / token_bytes),
-                    theirs.tensor_parallel(size / token_bytes),
-                ),
-            )
+        shards = deployment.expert_shards
+        moe_layers = 0 if moe is None else model.num_layers - moe.num_dense_layers
         self.communication = MeasuredCommunication(
             self.communication,
-            curve,
-            self.model.hidden_size * 2.0,
+            all_reduce,
+            model.hidden_size * 2.0,
             self.coefficients.allreduces_per_step,
+            exchange,
+            0.0 if moe is None else moe.experts_per_token * model.hidden_size * 2.0 / shards,
+            2 * moe_layers,
         )
-        return True
+        # The layout's other exchanges (dp without ep, pp hand-offs) stay the roofline's.
+        layout_measured = not self.communication.has_layout or exchange is not None
+        return (tp == 1 or all_reduce is not None) and layout_measured
+
+    def _all_reduce_curve(self) -> Curve | None:
+        tp, all_reduce = self.deployment.tp, self.profile.all_reduce
+        if all_reduce is None or tp not in all_reduce.axes[1]:
+            return None
+        sizes = all_reduce.axes[0]
+        curve = _curve(sizes, [all_reduce.at(s, tp) for s in sizes], from_one=False)
+        reference = self.reference
+        if curve is None or reference is None:
+            return curve
+        mine, theirs = self.communication, reference.communication
+        token_bytes = self.model.hidden_size * 2.0
+        return _scaled(
+            curve,
+            lambda size: _positive_ratio(
+                mine.tensor_parallel(size / token_bytes),
+                theirs.tensor_parallel(size / token_bytes),
+            ),
+        )
+
+    def _all_to_all_curve(self) -> Curve | None:
+        """The all-to-all over the experts' GPUs by the bytes each sends, scaled to this GPU's
+        link by the roofline's exchange where the table was measured on another."""
+        table, shards = self.profile.all_to_all, float(self.deployment.expert_shards)
+        moe = self.model.moe
+        if table is None or moe is None or shards not in table.axes[1]:
+            return None
+        sizes = table.axes[0]
+        curve = _curve(sizes, [table.at(s, shards) for s in sizes], from_one=False)
+        reference = self.reference
+        if curve is None or reference is None:
+            return curve
+        mine, theirs = self.communication, reference.communication
+        per_token = moe.experts_per_token * self.model.hidden_size * 2.0 / shards
+        return _scaled(
+            curve,
+            lambda size: _positive_ratio(
+                mine.layout(size / per_token), theirs.layout(size / per_token)
+            ),
+        )
 
     def __reduce__(self) -> tuple[object, ...]:
         return _rebuilt, (
@@ -343,7 +382,7 @@ class ProfiledStepCost(StepCostModel):
         basis[OpFamily.OVERHEAD.value] = label
         if self.has_moe:
             basis[OpFamily.MOE.value] = label if OpFamily.MOE in measured else roofline
-        if self.deployment.tp > 1:
+        if self.deployment.tp > 1 or self.communication.has_layout:
             basis[OpFamily.COMMUNICATION.value] = (
                 label if OpFamily.COMMUNICATION in measured else roofline
             )
