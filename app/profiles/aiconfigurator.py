@@ -223,6 +223,11 @@ def _all_reduce_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
             continue
         key = (2.0 * row["message_size"], float(row["num_gpus"]))
         _keep_fastest(cells, key, row["latency"])
+    return _collective_table(cells)
+
+
+def _collective_table(cells: dict[tuple[float, float], float]) -> dict[str, Any] | None:
+    """A collective's table from its cells by (bytes, GPUs); None without any."""
     if not cells:
         return None
     sizes = sorted({s for s, _ in cells})
@@ -242,15 +247,7 @@ def _all_to_all_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
         if row["op_name"] != "alltoall" or row["nccl_dtype"] != "half":
             continue
         _keep_fastest(cells, (2.0 * row["message_size"], float(row["num_gpus"])), row["latency"])
-    if not cells:
-        return None
-    sizes = sorted({s for s, _ in cells})
-    gpus = sorted({g for _, g in cells})
-    return {
-        "bytes": sizes,
-        "gpus": [int(g) for g in gpus],
-        "ms": [_round(cells.get((s, g))) for s in sizes for g in gpus],
-    }
+    return _collective_table(cells)
 
 
 def _nccl_dir(data: Path) -> Path | None:

@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from app.engine.dtypes import DType
-from app.engine.ops import LinearOp, Overhead
+from app.engine.ops import Communication, LinearOp, Overhead
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.measured import (
     MEMO_ENTRIES,
@@ -325,40 +325,33 @@ class ProfiledStepCost(StepCostModel):
         tp, all_reduce = self.deployment.tp, self.profile.all_reduce
         if all_reduce is None or tp not in all_reduce.axes[1]:
             return None
-        sizes = all_reduce.axes[0]
-        curve = _curve(sizes, [all_reduce.at(s, tp) for s in sizes], from_one=False)
-        reference = self.reference
-        if curve is None or reference is None:
-            return curve
-        mine, theirs = self.communication, reference.communication
         token_bytes = self.model.hidden_size * 2.0
-        return _scaled(
-            curve,
-            lambda size: _positive_ratio(
-                mine.tensor_parallel(size / token_bytes),
-                theirs.tensor_parallel(size / token_bytes),
-            ),
+        return self._collective_curve(
+            all_reduce, float(tp), lambda c, size: c.tensor_parallel(size / token_bytes)
         )
 
     def _all_to_all_curve(self) -> Curve | None:
-        """The all-to-all over the experts' GPUs by the bytes each sends, scaled to this GPU's
-        link by the roofline's exchange where the table was measured on another."""
+        """The all-to-all over the experts' GPUs by the bytes each sends."""
         table, shards = self.profile.all_to_all, float(self.deployment.expert_shards)
         moe = self.model.moe
         if table is None or moe is None or shards not in table.axes[1]:
             return None
+        per_token = moe.experts_per_token * self.model.hidden_size * 2.0 / shards
+        return self._collective_curve(table, shards, lambda c, size: c.layout(size / per_token))
+
+    def _collective_curve(
+        self, table: Grid, group: float, roofline_s: Callable[[Communication, float], float]
+    ) -> Curve | None:
+        """A collective's seconds by bytes at the group's size, scaled to this GPU's links by
+        the roofline's time of the same bytes (`roofline_s`) where measured on another."""
         sizes = table.axes[0]
-        curve = _curve(sizes, [table.at(s, shards) for s in sizes], from_one=False)
+        curve = _curve(sizes, [table.at(s, group) for s in sizes], from_one=False)
         reference = self.reference
         if curve is None or reference is None:
             return curve
         mine, theirs = self.communication, reference.communication
-        per_token = moe.experts_per_token * self.model.hidden_size * 2.0 / shards
         return _scaled(
-            curve,
-            lambda size: _positive_ratio(
-                mine.layout(size / per_token), theirs.layout(size / per_token)
-            ),
+            curve, lambda size: _positive_ratio(roofline_s(mine, size), roofline_s(theirs, size))
         )
 
     def __reduce__(self) -> tuple[object, ...]:
