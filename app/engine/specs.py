@@ -565,6 +565,11 @@ class Deployment:
         """More than tensor parallelism: dp, pp or ep above 1."""
         return self.dp > 1 or self.pp > 1 or self.ep > 1
 
+    @property
+    def has_exchanges(self) -> bool:
+        """Whether its GPUs exchange activations in a step: tp above 1, or a layout."""
+        return self.tp > 1 or self.is_layout
+
 
 def expert_dtype_for(model: ModelSpec, deployment: Deployment) -> DType:
     """The format the experts are stored in: the deployment's `expert_dtype` if given; the

@@ -16,7 +16,7 @@ from typing import Any
 from app.catalog.profiles import choose_engine
 from app.catalog.spec_cache import CachedGpu, SpecCache
 from app.engine.dtypes import DType
-from app.engine.profiles import ProfiledStepCost
+from app.engine.profiles import ProfiledStepCost, uniform_basis
 from app.engine.serving import ROOFLINE, ServingEngine
 from app.engine.simulation import SchedulerConfig
 from app.engine.specs import (
@@ -383,7 +383,9 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
     with spec_errors():
         if choice.profile is None or cached is None:
             cost: StepCostModel = StepCostModel(model_spec, gpu_spec, deployment, chosen, graphs)
-            extras["basis"] = {"all": choice.basis}
+            extras["basis"] = uniform_basis(
+                choice.basis, moe=cost.has_moe, exchanges=deployment.has_exchanges
+            )
             extras["warnings"] = choice.warnings
         else:
             measured_on = (

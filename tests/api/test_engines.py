@@ -19,6 +19,11 @@ TARGET = {"model": "llama-3-8b", "gpu": "b200-sxm-180gb"}
 UNMEASURED = "mi300x-192gb"
 """A GPU the silicon database has no tables for, nor for any GPU of its vendor: no profile of
 any engine, here or on a relative (every engine's steps timed by the roofline)."""
+NO_TRTLLM_HERE = dict.fromkeys(
+    ("gemm", "prefill_attention", "decode_attention", "overhead"),
+    "roofline (no trtllm@1.3.0rc23 profile for this GPU)",
+)
+"""`basis` of Llama-3-8B on one GPU without TensorRT-LLM tables: every op family the roofline's."""
 SCALED = "h100-pcie-80gb"
 """A GPU without tables whose nearest relative with them is the H100 SXM."""
 ROUTES: dict[str, dict[str, Any]] = {
@@ -86,9 +91,7 @@ def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
     body = copy.deepcopy(ROUTES["/v1/simulations"]) | {"engine": "trtllm"}
     answer = client.post("/v1/simulations", json=body | {"gpu": UNMEASURED}).json()
     assert answer["target"]["engine"] == "trtllm@1.3.0rc23"  # its newest release modelled
-    assert answer["target"]["basis"] == {
-        "all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"
-    }
+    assert answer["target"]["basis"] == NO_TRTLLM_HERE
     assert answer["scheduler"] == {
         "max_num_seqs": 2048,
         "max_num_batched_tokens": 8192,
@@ -265,7 +268,7 @@ def test_a_plan_simulates_the_engine_it_is_asked_for_and_says_so(
     assert answer["plans"], answer
     for candidate in candidates:
         assert candidate["engine"] == "trtllm@1.3.0rc23"
-        assert candidate["basis"] == {"all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"}
+        assert candidate["basis"] == NO_TRTLLM_HERE
         assert any("has no trtllm@1.3.0rc23 profile" in w for w in candidate["warnings"])
         if candidate["max_num_seqs"] is not None:
             assert (candidate["max_num_seqs"], candidate["chunk_tokens"]) == (2048, 8192)
@@ -319,7 +322,7 @@ def test_capacity_runs_the_engines_scheduler_and_says_what_timed_it(client: Test
     answer = response.json()
     assert answer["engine"] == "trtllm@1.3.0rc23"
     assert (answer["max_num_seqs"], answer["chunk_tokens"]) == (2048, 8192)
-    assert answer["basis"] == {"all": "roofline (no trtllm@1.3.0rc23 profile for this GPU)"}
+    assert answer["basis"] == NO_TRTLLM_HERE
     assert set(answer["expected_error_pct"]) == {"ttft", "tpot"}
     given = client.post(
         "/v1/capacity", json=body | {"max_num_seqs": 64, "chunk_tokens": 1024}, headers=AUTH

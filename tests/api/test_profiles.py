@@ -97,6 +97,11 @@ def test_the_engine_chooses_the_profile_and_the_answer_says_so(
     assert 0 < answer["expected_error_pct"]["prefill"] < 30
 
 
+def _every_family(label: str) -> dict[str, str]:
+    """`basis` of a dense model on one GPU that one thing times: each of its op families."""
+    return dict.fromkeys(("gemm", "prefill_attention", "decode_attention", "overhead"), label)
+
+
 def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestClient) -> None:
     for extra, engine in (
         ({"engine": "roofline"}, "roofline"),
@@ -105,7 +110,7 @@ def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestC
     ):
         answer = client.post("/v1/estimates/prefill", json=PREFILL | extra).json()
         assert answer["target"]["engine"] == engine
-        assert answer["target"]["basis"] == {"all": "roofline"}
+        assert answer["target"]["basis"] == _every_family("roofline")
         # No engine warning: only why no error is stated (no run of the H100 validates the
         # roofline; an ideal efficiency is a bound).
         (why,) = answer["warnings"]
@@ -122,9 +127,9 @@ def test_an_engine_without_a_profile_here_or_on_a_relative_is_timed_by_the_roofl
     mi300x = client.post("/v1/estimates/prefill", json=PREFILL | amd)
     assert mi300x.status_code == 200
     assert mi300x.json()["target"]["engine"] == "vllm@0.26.0"
-    assert mi300x.json()["target"]["basis"] == {
-        "all": "roofline (no vllm@0.26.0 profile for this GPU)"
-    }
+    assert mi300x.json()["target"]["basis"] == _every_family(
+        "roofline (no vllm@0.26.0 profile for this GPU)"
+    )
     assert "GPU mi300x-192gb has no vllm@0.26.0 profile" in mi300x.json()["warnings"][0]
     # The L4 has none either, but its relative the L40S (Ada, the nearest datasheet) has: its
     # tables, scaled, time it.
@@ -162,7 +167,7 @@ def test_engines_give_different_answers_each_from_its_own_kernels(client: TestCl
 def test_an_uploaded_default_profile_times_the_gpu_from_then_on(client: TestClient) -> None:
     body = PREFILL | {"gpu": "l4-24gb"}
     before = client.post("/v1/estimates/prefill", json=body).json()
-    assert before["target"]["basis"] == {"all": "roofline"}
+    assert before["target"]["basis"] == _every_family("roofline")
     created = client.post("/v1/profiles", json=upload(default=True), headers=AUTH)
     assert created.status_code == 201, created.text
     assert created.headers["location"] == "/v1/profiles/l4-24gb-vllm-0.11.0"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from app.engine.dtypes import DType
 from app.engine.memory import DEFAULT_BLOCK_TOKENS, DEFAULT_GPU_MEMORY_UTILIZATION
-from app.engine.profiles import Profile
+from app.engine.profiles import Profile, uniform_basis
 from app.engine.serving import ROOFLINE, ServingEngine
 from app.engine.simulation import KvLink, SchedulerConfig, StepTimer
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, SpecError
@@ -189,7 +189,13 @@ class GpuOffer:
         """What timed each op family of `timer` on this GPU: a profiled timer's own `basis`,
         else the roofline for all."""
         measured = getattr(timer, "basis", None)
-        return dict(measured) if measured is not None else {"all": self.roofline_basis}
+        if measured is not None:
+            return dict(measured)
+        if isinstance(timer, StepCostModel):
+            return uniform_basis(
+                self.roofline_basis, moe=timer.has_moe, exchanges=timer.deployment.has_exchanges
+            )
+        return {"all": self.roofline_basis}  # a timer of the caller's own (timer_factory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from app.engine.profiles.profile import (
     EngineOverhead,
     OpFamily,
     Profile,
+    uniform_basis,
 )
 from app.engine.profiles.timer import ProfiledStepCost
 
@@ -17,4 +18,5 @@ __all__ = [
     "OpFamily",
     "Profile",
     "ProfiledStepCost",
+    "uniform_basis",
 ]

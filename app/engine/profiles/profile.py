@@ -23,6 +23,8 @@ __all__ = [
     "EngineOverhead",
     "OpFamily",
     "Profile",
+    "step_families",
+    "uniform_basis",
 ]
 
 
@@ -35,6 +37,28 @@ class OpFamily(StrEnum):
     MOE = "moe"
     COMMUNICATION = "communication"
     OVERHEAD = "overhead"
+
+
+def step_families(*, moe: bool, exchanges: bool) -> tuple[OpFamily, ...]:
+    """The op families a step of a model is timed by, as `basis` names them: every step's
+    GEMMs, attention and engine overhead; the experts of an MoE model; the exchanges between
+    GPUs where the layout makes some (tp above 1, dp, ep or pp)."""
+    families = [
+        OpFamily.GEMM,
+        OpFamily.PREFILL_ATTENTION,
+        OpFamily.DECODE_ATTENTION,
+        OpFamily.OVERHEAD,
+    ]
+    if moe:
+        families.append(OpFamily.MOE)
+    if exchanges:
+        families.append(OpFamily.COMMUNICATION)
+    return tuple(families)
+
+
+def uniform_basis(label: str, *, moe: bool, exchanges: bool) -> dict[str, str]:
+    """`basis` of a step every op family of which one thing times (the roofline)."""
+    return {family.value: label for family in step_families(moe=moe, exchanges=exchanges)}
 
 
 @dataclass(frozen=True, slots=True)

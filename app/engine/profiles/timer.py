@@ -49,7 +49,7 @@ from app.engine.profiles.measured import (
     MeasuredLinear,
     MeasuredPrefillAttention,
 )
-from app.engine.profiles.profile import OpFamily, Profile
+from app.engine.profiles.profile import OpFamily, Profile, step_families
 from app.engine.serving import policy_of
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, expert_dtype_for
 from app.engine.step_cost import StepCostModel
@@ -366,20 +366,16 @@ class ProfiledStepCost(StepCostModel):
 
     def _basis(self, measured: set[OpFamily]) -> dict[str, str]:
         """Per op family, the profile's label where its tables time it (scaled to this GPU
-        where they were measured on another), else the roofline fitted to the profile."""
+        where they were measured on another; the engine's overhead always), else the roofline
+        fitted to the profile."""
         label, roofline = self.profile.label, f"roofline fitted to {self.profile.label}"
         if self.measured_on is not None:
             label = f"{label} scaled to {self.gpu.id} by datasheet"
-        families = [OpFamily.GEMM, OpFamily.PREFILL_ATTENTION, OpFamily.DECODE_ATTENTION]
-        basis = {family.value: label if family in measured else roofline for family in families}
-        basis[OpFamily.OVERHEAD.value] = label
-        if self.has_moe:
-            basis[OpFamily.MOE.value] = label if OpFamily.MOE in measured else roofline
-        if self.deployment.tp > 1 or self.communication.has_layout:
-            basis[OpFamily.COMMUNICATION.value] = (
-                label if OpFamily.COMMUNICATION in measured else roofline
-            )
-        return basis
+        measured.add(OpFamily.OVERHEAD)
+        return {
+            family.value: label if family in measured else roofline
+            for family in step_families(moe=self.has_moe, exchanges=self.deployment.has_exchanges)
+        }
 
 
 _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
