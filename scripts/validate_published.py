@@ -8,7 +8,7 @@ else its default profile ("profile").
 timed as if it had none, from its nearest relative's profile scaled to its datasheet (what the
 service does for a GPU without tables), beside the roofline and its own profile.
 
-    .venv/bin/python scripts/validate_published.py [--points] [--scaled]
+    .venv/bin/python scripts/validate_published.py [--points] [--scaled [--any-architecture]]
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ def _datasheet(gpu_id: str) -> Datasheet:
     )
 
 
+ANY_ARCHITECTURE = False
+"""`--any-architecture`: relatives of the vendor's other architectures too."""
+
+
 def _held_out(point: dict[str, Any], deployment: Deployment) -> tuple[StepCostModel, str] | None:
     """The point timed as the service times a GPU without tables: from the nearest relative's
     profile of the same engine, scaled; None where the GPU has no profile to hold out."""
@@ -85,7 +89,9 @@ def _held_out(point: dict[str, Any], deployment: Deployment) -> tuple[StepCostMo
     if own.profile is None:
         return None
     measured = {r.gpu for r in bundled_refs()}
-    order = nearest_relatives(_datasheet(gpu.id), (_datasheet(g) for g in measured))
+    order = nearest_relatives(
+        _datasheet(gpu.id), (_datasheet(g) for g in measured), any_architecture=ANY_ARCHITECTURE
+    )
     choice = choose_engine(
         ServingEngine(own.engine.name),
         (),
@@ -209,6 +215,8 @@ def held_out_report(points: bool) -> None:
             or (metric == "same arch" and k in same)
             or (metric == "other arch" and k not in same)
         ]
+        if not chosen:
+            continue
         line = f"{metric:<10} {len(chosen):>3}"
         for errors in by_mode.values():
             values = [errors[k] for k in chosen]
@@ -231,8 +239,15 @@ def main() -> None:
     parser.add_argument(
         "--scaled", action="store_true", help="hold each GPU's tables out: a relative's, scaled"
     )
+    parser.add_argument(
+        "--any-architecture",
+        action="store_true",
+        help="with --scaled: relatives of the vendor's other architectures too",
+    )
     args = parser.parse_args()
     if args.scaled:
+        global ANY_ARCHITECTURE  # noqa: PLW0603 - a switch of this script's one run
+        ANY_ARCHITECTURE = args.any_architecture
         held_out_report(args.points)
         return
     results = {"roofline": compare(False), "profile": compare(True)}

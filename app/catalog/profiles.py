@@ -203,7 +203,7 @@ def choose_engine(
     - `roofline`: the roofline.
 
     Relatives stand in only where the validation showed scaled tables closer than the roofline
-    (docs/validation/README.md): the GPUs of the same vendor.
+    (docs/validation/README.md): the GPUs of the same vendor and architecture.
 
     `measured` False (an ideal or explicit efficiency: a roofline what-if) times every engine
     by the roofline, any release, without a warning. The scheduler follows the engine either

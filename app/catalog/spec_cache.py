@@ -51,7 +51,7 @@ class CachedGpu:
     of `error_pct` over its stored runs under its current efficiency, as stored when a run, a
     calibration or the GPU last changed (`app.catalog.orm.GpuExpectedError`)."""
     relatives: tuple[str, ...] = ()
-    """The other GPUs of its vendor that have profiles, nearest first (`relatives`): whose
+    """The other GPUs of its vendor and architecture that have profiles, nearest first: whose
     tables, scaled, time an engine it has no profile of."""
     spec_key: str = field(init=False, repr=False, compare=False)
     """The spec as a hashable key (its repr: a dict inside makes the spec itself unhashable),
