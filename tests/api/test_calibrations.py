@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -238,27 +239,29 @@ def test_no_transaction_is_held_open_during_the_fit(
 ) -> None:
     """The fit is CPU work: the request's connection must not sit idle in a transaction (and
     hold its snapshot and locks) while it runs. Only PostgreSQL opens one for reads. Counted
-    are transactions begun since the request was sent: a connection an earlier test left
-    idle in one, until the collector closes it, is not this request's."""
+    are transactions begun since the request was sent and still open, idle, a quarter of a
+    second later: one held across the fit stays while the fit runs, where a connection an
+    earlier test left idle until the collector closes it, or another thread's short read, is
+    not this request's."""
     idle_in_transaction: list[int] = []
     since = _database_now(postgres_url)
+    held = text(
+        "SELECT pid, xact_start FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state LIKE 'idle in transaction%' AND application_name <> :queue "
+        "AND xact_start >= :since"
+    )
 
     def fit_and_look(
         points: Sequence[CalibrationPoint], start: Efficiency, parameters: Sequence[FitParameter]
     ) -> CalibrationResult:
         engine = make_engine(postgres_url)
+        arguments = {"queue": QUEUE_APPLICATION_NAME, "since": since}
         try:
             with engine.connect() as connection:
-                idle_in_transaction.append(
-                    connection.execute(
-                        text(
-                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND state LIKE 'idle in transaction%' "
-                            "AND application_name <> :queue AND xact_start >= :since"
-                        ),
-                        {"queue": QUEUE_APPLICATION_NAME, "since": since},
-                    ).scalar_one()
-                )
+                first = {tuple(row) for row in connection.execute(held, arguments)}
+                time.sleep(0.25)
+                second = {tuple(row) for row in connection.execute(held, arguments)}
+                idle_in_transaction.append(len(first & second))
         finally:
             engine.dispose()
         return fit_efficiency(points, start, parameters)
