@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,9 +83,10 @@ def bundled_refs() -> tuple[ProfileRef, ...]:
 
 
 PROFILES_KEPT = 8
-"""Parsed profiles a process keeps: 8 x 11 MiB at most (TensorRT-LLM's on Blackwell, with
-2,184 MoE tables, measured 2026-12-07), and `DOCUMENTS_KEPT` documents of as much. Timers built
-from a profile keep it while they are kept (`app.targets.service`)."""
+"""Parsed profiles a process keeps: 8 x 9-15 MiB (resident, measured 2026-12-07; TensorRT-LLM's
+on Blackwell, with 2,184 MoE tables, the largest), and `DOCUMENTS_KEPT` documents. Timers and
+resolved targets built from a profile keep it while they are kept (`app.targets.service`), one
+copy whatever the library evicted meanwhile: at most one per profile in use."""
 DOCUMENTS_KEPT = 2
 """Parsed bundled documents a process keeps: each is read once to build its profile, and again
 only when a client reads the profile (`GET /v1/profiles/{id}`)."""
@@ -246,11 +248,15 @@ def choose_engine(
 
 
 class ProfileLibrary:
-    """Parsed profiles by id, the `PROFILES_KEPT` most recently used. Thread-safe."""
+    """Parsed profiles by id, the `PROFILES_KEPT` most recently used, and any other still in
+    use (held by a timer or a resolved target): one parsed copy of a profile at most, however
+    often it is asked for again after leaving the most recent (each copy of the silicon
+    database's is 9-15 MiB; re-parsing one a timer still held doubled it). Thread-safe."""
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
         self._profiles: OrderedDict[str, Profile] = OrderedDict()
+        self._in_use: weakref.WeakValueDictionary[str, Profile] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def cached(self, ref: ProfileRef) -> Profile | None:
@@ -258,7 +264,19 @@ class ProfileLibrary:
             found = self._profiles.get(ref.id)
             if found is not None:
                 self._profiles.move_to_end(ref.id)
+                return found
+            found = self._in_use.get(ref.id)
+            if found is not None:
+                self._keep(ref.id, found)
             return found
+
+    def _keep(self, profile_id: str, profile: Profile) -> Profile:
+        """`profile` among the most recent (under the lock); the one already there if any."""
+        kept = self._profiles.setdefault(profile_id, profile)
+        self._in_use.setdefault(profile_id, kept)
+        while len(self._profiles) > PROFILES_KEPT:
+            self._profiles.popitem(last=False)
+        return kept
 
     def profile(self, ref: ProfileRef) -> Profile:
         found = self.cached(ref)
@@ -274,7 +292,4 @@ class ProfileLibrary:
                 document = ProfileDocument.model_validate(row.document, strict=False)
         profile = document.to_profile()
         with self._lock:
-            kept = self._profiles.setdefault(ref.id, profile)
-            while len(self._profiles) > PROFILES_KEPT:
-                self._profiles.popitem(last=False)
-        return kept
+            return self._keep(ref.id, self._in_use.get(ref.id) or profile)

@@ -3,6 +3,7 @@ undone by a fill that read the row before the write, and the loop never reads th
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from app.catalog.profiles import PROFILES_KEPT, ProfileLibrary, bundled_refs
 from app.catalog.spec_cache import NotCached, SpecCache
 from app.db.session import make_engine, make_session_factory
 from app.settings import Settings
@@ -88,3 +90,22 @@ def test_a_gpus_relatives_are_its_architectures_gpus_with_tables_nearest_first(
 ) -> None:
     relatives = SpecCache(sessions, ttl_s=300.0).gpu(gpu).relatives
     assert relatives == nearest
+
+
+def test_a_profile_still_in_use_is_parsed_once_however_often_it_is_asked_for(
+    sessions: Any,
+) -> None:
+    """Past the most recent `PROFILES_KEPT` a profile leaves the library; asked for again while
+    a timer still holds it, the library answers that same copy (re-parsing made a second one
+    of 9-15 MiB); once nothing holds it, the library lets it go."""
+    library = ProfileLibrary(sessions)
+    refs = bundled_refs()
+    first = library.profile(refs[0])
+    for ref in refs[1 : PROFILES_KEPT + 2]:
+        library.profile(ref)  # refs[0] leaves the most recent
+    assert library.profile(refs[0]) is first
+    del first
+    for ref in refs[1 : PROFILES_KEPT + 2]:
+        library.profile(ref)
+    gc.collect()
+    assert library.cached(refs[0]) is None  # held by nothing: gone, not kept aside

@@ -88,7 +88,7 @@ class EngineOverhead:
     source: str = ""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Profile:
     """One GPU under one engine version. Times in the tables are milliseconds on one GPU."""
 
