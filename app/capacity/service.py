@@ -92,8 +92,9 @@ def resolve_deployment(cache: SpecCache, body: CapacityRequest) -> ResolvedDeplo
     )
     question = body.model_dump_json(exclude={"observed_requests_per_s", "headroom", "name"})
     timed = choice.profile.id if choice.profile is not None else ""
-    if choice.measured_on is not None:
-        timed += f" on {cache.gpu(choice.measured_on).spec_key}"
+    measured_on = cache.measured_on(choice)
+    if measured_on is not None:
+        timed += f" on {measured_on.spec_key}"
     key = (question, repr(model), gpu.spec_key, f"{choice.engine.label} {timed}")
     return ResolvedDeployment(body, model, model_id, gpu, choice, key)
 
@@ -105,6 +106,7 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
     efficiency = IDEAL_EFFICIENCY if body.efficiency == "ideal" else None
     ref = resolved.choice.profile
     profile = cache.profile(ref) if ref is not None else None
+    measured_on = cache.measured_on(resolved.choice)
     context = resolved.model.max_context_tokens
     weights, kv = resolve_formats(
         resolved.model,
@@ -121,11 +123,7 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
             resolved.choice.engine,
             warnings=resolved.choice.warnings,
             roofline_basis=resolved.choice.basis,
-            measured_on=(
-                None
-                if resolved.choice.measured_on is None
-                else cache.gpu(resolved.choice.measured_on).spec
-            ),
+            measured_on=None if measured_on is None else measured_on.spec,
         )
         traffic = Traffic(
             requests_per_s=1.0,

@@ -22,6 +22,7 @@ from app.catalog.lookup import find_entry, nearest, shown
 from app.catalog.orm import GpuRow
 from app.catalog.profile_rows import ProfileRow
 from app.catalog.profiles import (
+    EngineChoice,
     ProfileLibrary,
     ProfileRef,
     Relatives,
@@ -150,6 +151,11 @@ class SpecCache:
         """`gpu`'s relatives with their profiles, nearest first, read when called (what
         `choose_engine` takes)."""
         return lambda: ((r, self.gpu(r, "gpu").profiles) for r in gpu.relatives)
+
+    def measured_on(self, choice: EngineChoice) -> CachedGpu | None:
+        """The GPU whose tables time `choice` when they are a relative's; None for the GPU's
+        own tables or the roofline."""
+        return None if choice.measured_on is None else self.gpu(choice.measured_on, "gpu")
 
     def profile(self, ref: ProfileRef) -> Profile:
         """The parsed profile `ref` names (parsing or reading it first: never in `cached_only`)."""

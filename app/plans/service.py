@@ -184,7 +184,7 @@ def _offers(
             relatives=cache.relatives_of(cached),
         )
         profile = cache.profile(choice.profile) if choice.profile is not None else None
-        measured_on = None if choice.measured_on is None else cache.gpu(choice.measured_on).spec
+        measured_on = cache.measured_on(choice)
         offers.append(
             GpuOffer(
                 cached.spec,
@@ -194,7 +194,7 @@ def _offers(
                 choice.engine,
                 warnings=choice.warnings,
                 roofline_basis=choice.basis,
-                measured_on=measured_on,
+                measured_on=None if measured_on is None else measured_on.spec,
             )
         )
         versions[cached.spec.id] = cached.version

@@ -98,8 +98,12 @@ def engine_versions(data: Path, op: str, engine: str, table: str | None = None) 
     directory holds that file (a version's directory may hold only a `reuse.yaml` pointing back
     to an older one)."""
     backend = policy_of(engine).silicon_backend
-    base = data / op / str(backend)
-    if backend is None or not base.is_dir():
+    return [] if backend is None else _versions(data / op / str(backend), table)
+
+
+def _versions(base: Path, table: str | None) -> list[str]:
+    """The version directories under `base`, oldest first (with `table`: holding that file)."""
+    if not base.is_dir():
         return []
     dirs = [p for p in base.iterdir() if p.is_dir() and (table is None or (p / table).exists())]
     return sorted((p.name for p in dirs), key=version_key)
@@ -108,13 +112,13 @@ def engine_versions(data: Path, op: str, engine: str, table: str | None = None) 
 def _version_dir(root: Path, op: str, engine: str, version: str, table: str) -> Path:
     """The directory of `op`'s `table` measured under `engine` at `version`, or under the
     newest older version that holds it: the database's own backward fill."""
+    older = _older_dirs(root, op, engine, version, table)
+    if older:
+        return older[0]
     versions = engine_versions(root, op, engine, table)
     if not versions:
         raise FileNotFoundError(f"no {op} data for {engine} under {root / op}")
-    older = [v for v in versions if version_key(v) <= version_key(version)]
-    if not older:
-        raise FileNotFoundError(f"no {op} data for {engine} {version} (have {versions})")
-    return root / op / str(policy_of(engine).silicon_backend) / older[-1]
+    raise FileNotFoundError(f"no {op} data for {engine} {version} (have {versions})")
 
 
 def _optional_dir(root: Path, op: str, engine: str, version: str, table: str) -> Path | None:
@@ -253,15 +257,8 @@ def _all_to_all_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 def _nccl_dir(data: Path) -> Path | None:
     """The newest NCCL release's collectives of the system (engine-independent)."""
     base = data / "comm" / "nccl"
-    found = (
-        sorted(
-            (p for p in base.iterdir() if (p / "nccl_perf.parquet").exists()),
-            key=lambda p: version_key(p.name),
-        )
-        if base.is_dir()
-        else []
-    )
-    return found[-1] if found else None
+    found = _versions(base, "nccl_perf.parquet")
+    return base / found[-1] if found else None
 
 
 _MOE_DISTRIBUTION = "power_law_1.01"

@@ -388,9 +388,7 @@ def resolve_target(cache: SpecCache, query: TargetQuery) -> Target:
             )
             extras["warnings"] = choice.warnings
         else:
-            measured_on = (
-                None if choice.measured_on is None else cache.gpu(choice.measured_on, "gpu")
-            )
+            measured_on = cache.measured_on(choice)
             key = (
                 model_spec,
                 cached.spec_key,
@@ -462,6 +460,7 @@ PROFILED_TIMERS_KEPT = 64
 PROFILED_MEMO_ENTRIES = 1024
 """Shapes each measured op class of a kept timer remembers (up to 7 a timer; a full memo starts
 again). Budget: 64 timers x 7 memos x 1,024 shapes x at most 160 bytes = 70 MiB, on top of the
-timers themselves. Every estimate route counts as few instructions as with the unbounded memos
-before the bound or fewer (docs/performance.md); larger memos were slower to level off."""
+timers themselves. The chunk-size search, which reads many shapes, counts fewer instructions
+than with the unbounded memos before the bound (docs/performance.md has every route); larger
+memos were slower to level off."""
 _PROFILED = _Recent(PROFILED_TIMERS_KEPT)

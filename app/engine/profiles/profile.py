@@ -106,12 +106,13 @@ class Profile:
     """Per KV-cache format."""
     decode_attention: Mapping[DType, tuple[AttentionTable, ...]] = field(default_factory=dict)
     all_reduce: Grid | None = None
-    all_to_all: Grid | None = None
-    """ms by (bytes each GPU sends in all, GPUs): the expert-parallel dispatch and combine."""
     """Milliseconds by (bytes per GPU, GPUs), bf16 activations."""
+    all_to_all: Grid | None = None
+    """Milliseconds by (bytes each GPU sends in all, GPUs): the expert-parallel dispatch and
+    combine."""
     moe: Mapping[tuple[DType, int, int, int, int, int, int], Grid] = field(default_factory=dict)
-    """Routed experts of one MoE layer, milliseconds by tokens, keyed by (weight format, hidden,
-    expert width, experts per token, experts, tp)."""
+    """Routed experts of one MoE layer on one GPU, milliseconds by tokens, keyed by (weight
+    format, hidden, expert width, experts per token, experts, tp, ep)."""
     prefill_mla: Mapping[tuple[DType, DType, int], Grid] = field(default_factory=dict)
     """DeepSeek-V3's whole MLA module (projections, attention, output projection), one layer,
     milliseconds by (batch, prompt tokens), keyed by (KV format, weight format, heads per GPU)."""

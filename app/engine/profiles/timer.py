@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from app.engine.dtypes import DType
-from app.engine.ops import Communication, LinearOp, Overhead
+from app.engine.ops import LinearOp, Overhead
 from app.engine.profiles.grid import Curve, Grid
 from app.engine.profiles.measured import (
     MEMO_ENTRIES,
@@ -125,9 +125,7 @@ class ProfiledStepCost(StepCostModel):
             measured.add(OpFamily.GEMM)
         experts = _moe_curve(model, deployment, profile)
         if experts is not None:
-            if self.reference is not None:
-                mine, theirs = self.experts, self.reference.experts
-                experts = _scaled(experts, lambda n: _ratio(mine.parts(n), theirs.parts(n)))
+            experts = self._rescaled(experts, lambda c, n: _bound(c.experts.parts(n)))
             self.experts = MeasuredExperts(self.experts, experts, memo_entries)
             measured.add(OpFamily.MOE)
         if not mla:
@@ -161,11 +159,11 @@ class ProfiledStepCost(StepCostModel):
                 )
                 o = _curve(ms, [_layered(gemm, m, d, heads * h, layers) for m in ms])
                 if qkv is not None:
-                    qkv = self._scaled_linear(qkv, self.qkv, "qkv")
+                    qkv = self._rescaled(qkv, lambda c, m: _bound(c.qkv.parts(m)))
                     self.qkv = MeasuredLinear(self.qkv, qkv, self.memo_entries)
                     curves += 1
                 if o is not None:
-                    o = self._scaled_linear(o, self.o, "o")
+                    o = self._rescaled(o, lambda c, m: _bound(c.o.parts(m)))
                     self.o = MeasuredLinear(self.o, o, self.memo_entries)
                     curves += 1
             if dense_layers and self.has_ffn:
@@ -182,14 +180,14 @@ class ProfiledStepCost(StepCostModel):
                     ],
                 )
                 if ffn is not None:
-                    ffn = self._scaled_linear(ffn, self.ffn, "ffn")
+                    ffn = self._rescaled(ffn, lambda c, m: _bound(c.ffn.parts(m)))
                     self.ffn = MeasuredLinear(self.ffn, ffn, self.memo_entries)
         activation_gemm = profile.gemm.get(deployment.activation_dtype)
         if activation_gemm is not None:
             ms = activation_gemm.axes[0]
             lm = _curve(ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms])
             if lm is not None:
-                lm = self._scaled_linear(lm, self.lm_head, "lm_head")
+                lm = self._rescaled(lm, lambda c, m: _bound(c.lm_head.parts(m)))
                 self.lm_head = MeasuredLinear(self.lm_head, lm, self.memo_entries)
                 curves += 1
         return curves == 3
@@ -208,60 +206,41 @@ class ProfiledStepCost(StepCostModel):
         if prefill is not None:
             grid, scale = prefill
             self.prefill_attention = MeasuredPrefillAttention(
-                self.prefill_attention, self._scaled_prefill(grid), scale, layers, self.memo_entries
+                self.prefill_attention,
+                self._rescaled_grid(grid, _prompt_s),
+                scale,
+                layers,
+                self.memo_entries,
             )
             measured.add(OpFamily.PREFILL_ATTENTION)
         decode = self.profile.attention(False, kv_dtype, heads, kv_heads, h)
         if decode is not None:
             grid, scale = decode
             self.decode_attention = MeasuredDecodeAttention(
-                self.decode_attention, self._scaled_decode(grid), scale, layers, self.memo_entries
+                self.decode_attention,
+                self._rescaled_grid(grid, _context_s),
+                scale,
+                layers,
+                self.memo_entries,
             )
             measured.add(OpFamily.DECODE_ATTENTION)
         return measured
 
-    def _scaled_linear(self, curve: Curve, mine: LinearOp, name: str) -> Curve:
-        """`curve` of a linear op class as this GPU runs it (`measured_on`)."""
-        if self.reference is None:
+    def _rescaled(self, curve: Curve, seconds: Callable[[StepCostModel, float], float]) -> Curve:
+        """`curve` as this GPU runs it where `measured_on` measured it: each point times the
+        ratio of the two GPUs' roofline `seconds` (of a cost model, at the point's x)."""
+        reference = self.reference
+        if reference is None:
             return curve
-        theirs: LinearOp = getattr(self.reference, name)
-        return _scaled(curve, lambda m: _ratio(mine.parts(m), theirs.parts(m)))
+        return _scaled(curve, lambda x: _positive_ratio(seconds(self, x), seconds(reference, x)))
 
-    def _scaled_prefill(self, grid: Grid, projections: bool = False) -> Grid:
-        """A prefill attention table (batch, prompt length) as this GPU runs it: every cell
-        scaled by the roofline ratio of one prompt of that length (attention is linear in the
-        batch), its QKV and O projections with it for a module table (`projections`)."""
+    def _rescaled_grid(self, grid: Grid, seconds: Callable[[StepCostModel, float], float]) -> Grid:
+        """A (batch, length) table as this GPU runs it, as `_rescaled`: every cell by the ratio
+        at its length of one sequence's `seconds` (attention is linear in the batch)."""
         reference = self.reference
         if reference is None:
             return grid
-        mine, theirs = self.prefill_attention, reference.prefill_attention
-        lengths = grid.axes[1]
-        ratios: list[float] = []
-        for length in lengths:
-            pairs = length * (length + 1) / 2.0
-            t_mine = _bound(mine.parts(length, 1.0, pairs, length))
-            t_theirs = _bound(theirs.parts(length, 1.0, pairs, length))
-            if projections:
-                t_mine += _bound(self.qkv.parts(length)) + _bound(self.o.parts(length))
-                t_theirs += _bound(reference.qkv.parts(length)) + _bound(reference.o.parts(length))
-            ratios.append(t_mine / t_theirs if t_theirs > 0.0 else 1.0)
-        return _scaled_grid(grid, ratios)
-
-    def _scaled_decode(self, grid: Grid, projections: bool = False) -> Grid:
-        """A decode attention table (batch, context) as this GPU runs it (as `_scaled_prefill`,
-        one sequence of that context)."""
-        reference = self.reference
-        if reference is None:
-            return grid
-        mine, theirs = self.decode_attention, reference.decode_attention
-        ratios: list[float] = []
-        for context in grid.axes[1]:
-            t_mine = _bound(mine.parts(1.0, context))
-            t_theirs = _bound(theirs.parts(1.0, context))
-            if projections:
-                t_mine += _bound(self.qkv.parts(1.0)) + _bound(self.o.parts(1.0))
-                t_theirs += _bound(reference.qkv.parts(1.0)) + _bound(reference.o.parts(1.0))
-            ratios.append(t_mine / t_theirs if t_theirs > 0.0 else 1.0)
+        ratios = [_positive_ratio(seconds(self, x), seconds(reference, x)) for x in grid.axes[1]]
         return _scaled_grid(grid, ratios)
 
     def _measure_mla_module(self) -> bool:
@@ -279,8 +258,8 @@ class ProfiledStepCost(StepCostModel):
         if prefill is None or decode is None:
             return False
         layers = model.num_layers
-        prefill = self._scaled_prefill(prefill, projections=True)
-        decode = self._scaled_decode(decode, projections=True)
+        prefill = self._rescaled_grid(prefill, _prompt_module_s)
+        decode = self._rescaled_grid(decode, _context_module_s)
         prefill_op = MeasuredPrefillAttention(
             self.prefill_attention, prefill, 1.0, layers, self.memo_entries
         )
@@ -306,16 +285,14 @@ class ProfiledStepCost(StepCostModel):
             exchange = self._all_to_all_curve()
         if all_reduce is None and exchange is None:
             return False
-        shards = deployment.expert_shards
-        moe_layers = 0 if moe is None else model.num_layers - moe.num_dense_layers
         self.communication = MeasuredCommunication(
             self.communication,
             all_reduce,
             model.hidden_size * 2.0,
             self.coefficients.allreduces_per_step,
             exchange,
-            0.0 if moe is None else moe.experts_per_token * model.hidden_size * 2.0 / shards,
-            2 * moe_layers,
+            self._exchange_bytes_per_token(),
+            2 * self.coefficients.moe_layers,
         )
         # The layout's other exchanges (dp without ep, pp hand-offs) stay the roofline's.
         layout_measured = not self.communication.has_layout or exchange is not None
@@ -327,7 +304,9 @@ class ProfiledStepCost(StepCostModel):
             return None
         token_bytes = self.model.hidden_size * 2.0
         return self._collective_curve(
-            all_reduce, float(tp), lambda c, size: c.tensor_parallel(size / token_bytes)
+            all_reduce,
+            float(tp),
+            lambda c, size: c.communication.tensor_parallel(size / token_bytes),
         )
 
     def _all_to_all_curve(self) -> Curve | None:
@@ -336,23 +315,27 @@ class ProfiledStepCost(StepCostModel):
         moe = self.model.moe
         if table is None or moe is None or shards not in table.axes[1]:
             return None
-        per_token = moe.experts_per_token * self.model.hidden_size * 2.0 / shards
-        return self._collective_curve(table, shards, lambda c, size: c.layout(size / per_token))
+        per_token = self._exchange_bytes_per_token()
+        return self._collective_curve(
+            table, shards, lambda c, size: c.communication.layout(size / per_token)
+        )
+
+    def _exchange_bytes_per_token(self) -> float:
+        """Bytes a GPU sends per replica token in one expert-parallel exchange: its 1 / (tp x
+        dp) share of the tokens, each to k experts, d bf16 activations each."""
+        moe = self.model.moe
+        if moe is None:
+            return 0.0
+        return moe.experts_per_token * self.model.hidden_size * 2.0 / self.deployment.expert_shards
 
     def _collective_curve(
-        self, table: Grid, group: float, roofline_s: Callable[[Communication, float], float]
+        self, table: Grid, group: float, seconds: Callable[[StepCostModel, float], float]
     ) -> Curve | None:
-        """A collective's seconds by bytes at the group's size, scaled to this GPU's links by
-        the roofline's time of the same bytes (`roofline_s`) where measured on another."""
+        """A collective's seconds by bytes at the group's size (`_rescaled` by the roofline's
+        `seconds` of those bytes where measured on another GPU)."""
         sizes = table.axes[0]
         curve = _curve(sizes, [table.at(s, group) for s in sizes], from_one=False)
-        reference = self.reference
-        if curve is None or reference is None:
-            return curve
-        mine, theirs = self.communication, reference.communication
-        return _scaled(
-            curve, lambda size: _positive_ratio(roofline_s(mine, size), roofline_s(theirs, size))
-        )
+        return None if curve is None else self._rescaled(curve, seconds)
 
     def __reduce__(self) -> tuple[object, ...]:
         return _rebuilt, (
@@ -457,8 +440,25 @@ def _bound(parts: tuple[float, float]) -> float:
     return compute_s if compute_s > memory_s else memory_s
 
 
-def _ratio(mine: tuple[float, float], theirs: tuple[float, float]) -> float:
-    return _positive_ratio(_bound(mine), _bound(theirs))
+def _prompt_s(cost: StepCostModel, length: float) -> float:
+    """The roofline's attention of one prompt of `length` (causal, from scratch)."""
+    pairs = length * (length + 1) / 2.0
+    return _bound(cost.prefill_attention.parts(length, 1.0, pairs, length))
+
+
+def _prompt_module_s(cost: StepCostModel, length: float) -> float:
+    """`_prompt_s` with the QKV and O projections of its tokens (an MLA module table's span)."""
+    return _prompt_s(cost, length) + _bound(cost.qkv.parts(length)) + _bound(cost.o.parts(length))
+
+
+def _context_s(cost: StepCostModel, context: float) -> float:
+    """The roofline's decode attention of one sequence over `context` tokens."""
+    return _bound(cost.decode_attention.parts(1.0, context))
+
+
+def _context_module_s(cost: StepCostModel, context: float) -> float:
+    """`_context_s` with the QKV and O projections of its one token."""
+    return _context_s(cost, context) + _bound(cost.qkv.parts(1.0)) + _bound(cost.o.parts(1.0))
 
 
 def _positive_ratio(mine: float, theirs: float) -> float:
