@@ -204,6 +204,40 @@ class MlaModuleTableDoc(_BatchTokensTable):
         return (self.kv_dtype, self.weight_dtype, self.heads)
 
 
+class MlaKernelTableDoc(_BatchTokensTable):
+    """DeepSeek-V3's MLA attention kernel alone on one GPU (prefill: 128 + 64 query-key and 128
+    value widths per head over the expanded latent; decode: absorbed, each head over the 512 +
+    64 wide latent), one layer, ms by (batch, tokens); tokens is each prompt's length (prefill)
+    or context (decode). The projections, the latent expansion and the absorption BMMs are not
+    in it."""
+
+    def key(self) -> tuple[DType, int]:
+        return (self.kv_dtype, self.heads)
+
+
+class MlaBmmTableDoc(_Table):
+    """One of decode MLA's absorption batched GEMMs on one GPU, one layer, ms by tokens:
+    `pre`, each head's 128-wide nope query into the 512-wide latent before the kernel; `post`,
+    the latent output into each head's 128-wide value after it."""
+
+    stage: Literal["pre", "post"] = Field(description="Before or after the attention kernel.")
+    dtype: ComputeFormat = Field(description="The BMM's format.")
+    heads: int = Field(gt=0, le=1024, description="Query heads on the GPU.")
+    tokens: Axis = Field(description="Decoding sequences (one token each).")
+    ms: Cells = Field(description="Milliseconds per layer; null: not measured.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Self:
+        self._check([self.tokens], self.ms, "tokens")
+        return self
+
+    def grid(self) -> Grid:
+        return Grid((tuple(self.tokens),), tuple(self.ms))
+
+    def key(self) -> tuple[bool, DType, int]:
+        return (self.stage == "pre", self.dtype, self.heads)
+
+
 class OverheadDoc(BaseModel):
     """The engine's cost per step outside the kernels, milliseconds."""
 
@@ -351,6 +385,21 @@ class ProfileDocument(BaseModel):
         max_length=512,
         description="DeepSeek-V3's MLA module in decode, one per format pair and heads per GPU.",
     )
+    prefill_mla_kernel: list[MlaKernelTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description="DeepSeek-V3's MLA attention kernel in prefill, per KV format and heads.",
+    )
+    decode_mla_kernel: list[MlaKernelTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description="DeepSeek-V3's MLA attention kernel in decode, per KV format and heads.",
+    )
+    mla_bmm: list[MlaBmmTableDoc] = Field(
+        default_factory=list,
+        max_length=512,
+        description="Decode MLA's absorption BMMs, per stage, format and heads per GPU.",
+    )
 
     @model_validator(mode="after")
     def _a_modelled_release(self) -> Self:
@@ -394,6 +443,9 @@ class ProfileDocument(BaseModel):
             moe={table.key(): table.grid() for table in self.moe},
             prefill_mla={table.key(): table.grid() for table in self.prefill_mla},
             decode_mla={table.key(): table.grid() for table in self.decode_mla},
+            prefill_mla_kernel={table.key(): table.grid() for table in self.prefill_mla_kernel},
+            decode_mla_kernel={table.key(): table.grid() for table in self.decode_mla_kernel},
+            mla_bmm={table.key(): table.grid() for table in self.mla_bmm},
             residual_pct=dict(self.residual_pct),
             source=self.source.title,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -336,6 +336,72 @@ def _mla_module_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[
     return tables
 
 
+def _mla_kernel_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
+    """The MLA attention kernel per layer by (batch, tokens), per (KV format, heads on the GPU);
+    the fastest kernel per shape."""
+    layouts: dict[tuple[DType, int], dict[tuple[float, float], float]] = defaultdict(dict)
+    for row in rows:
+        kv_dtype = _DTYPES.get(row["kv_cache_dtype"])
+        if kv_dtype is None or row["mla_dtype"] != "bfloat16":
+            continue
+        tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
+        cell = (float(row["batch_size"]), tokens)
+        _keep_fastest(layouts[(kv_dtype, row["num_heads"])], cell, row["latency"])
+    tables = []
+    for (kv_dtype, heads), cells in sorted(layouts.items()):
+        grid = _batch_token_grid(cells)
+        if grid is not None:
+            tables.append({"kv_dtype": kv_dtype.value, "heads": heads, **grid})
+    return tables
+
+
+_BMM_STAGES = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
+
+
+def _mla_bmm_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decode MLA's absorption BMMs per layer by tokens, per (stage, format, heads on the GPU);
+    the fastest kernel per shape."""
+    shapes: dict[tuple[str, DType, int], dict[float, float]] = defaultdict(dict)
+    for row in rows:
+        stage, dtype = _BMM_STAGES.get(row["op_name"]), _DTYPES.get(row["bmm_dtype"])
+        if stage is None or dtype is None:
+            continue
+        _keep_fastest(
+            shapes[(stage, dtype, row["num_heads"])], float(row["num_tokens"]), row["latency"]
+        )
+    tables = []
+    for (stage, dtype, heads), cells in sorted(shapes.items(), key=lambda item: str(item[0])):
+        tokens = sorted(cells)
+        tables.append(
+            {
+                "stage": stage,
+                "dtype": dtype.value,
+                "heads": heads,
+                "tokens": tokens,
+                "ms": [_round(cells[t]) for t in tokens],
+            }
+        )
+    return tables
+
+
+def _phase_tables(
+    data: Path,
+    engine: str,
+    version: str,
+    name: str,
+    tables: Callable[..., list[dict[str, Any]]],
+) -> tuple[Path | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The directory of an MLA table pair (`name` formatted with `generation` and `context`)
+    and its (prefill, decode) tables read by `tables`; empty where not measured."""
+    found = _optional_dir(data, "mla", engine, version, name.format("generation"))
+    if found is None:
+        return None, [], []
+    decode = tables(_rows(found / name.format("generation")), decode=True)
+    context = found / name.format("context")
+    prefill = tables(_rows(context), decode=False) if context.exists() else []
+    return found, prefill, decode
+
+
 def import_profile(
     system: str,
     engine: str,
@@ -374,15 +440,14 @@ def import_profile(
     moe = _filled(_moe_tables(_rows(d / "moe_perf.parquet")) for d in moe_dirs)
     moe_dir = moe_dirs[0] if moe_dirs else None
     moe_filled = ", ".join(str(d.relative_to(data)) for d in moe_dirs[1:]) or "none"
-    mla_dir = _optional_dir(data, "mla", engine, version, "mla_generation_module_perf.parquet")
-    prefill_mla, decode_mla = [], []
-    if mla_dir is not None:
-        decode_mla = _mla_module_tables(
-            _rows(mla_dir / "mla_generation_module_perf.parquet"), decode=True
-        )
-        context = mla_dir / "mla_context_module_perf.parquet"
-        if context.exists():
-            prefill_mla = _mla_module_tables(_rows(context), decode=False)
+    mla_dir, prefill_mla, decode_mla = _phase_tables(
+        data, engine, version, "mla_{}_module_perf.parquet", _mla_module_tables
+    )
+    kernel_dir, prefill_kernel, decode_kernel = _phase_tables(
+        data, engine, version, "{}_mla_perf.parquet", _mla_kernel_tables
+    )
+    bmm_dir = _optional_dir(data, "mla_bmm", engine, version, "mla_bmm_perf.parquet")
+    bmm = _mla_bmm_tables(_rows(bmm_dir / "mla_bmm_perf.parquet")) if bmm_dir else []
     document: dict[str, Any] = {
         "id": f"{gpu.id}-{engine}-{version}",
         "gpu": gpu.id,
@@ -403,7 +468,9 @@ def import_profile(
                 f"all-to-all from {nccl_dir.relative_to(data) if nccl_dir else 'none'}, "
                 f"moe from {moe_dir.relative_to(data) if moe_dir else 'none'}, "
                 f"moe shapes that lacks from {moe_filled} (newest first), "
-                f"MLA module from {mla_dir.relative_to(data) if mla_dir else 'none'}; "
+                f"MLA module from {mla_dir.relative_to(data) if mla_dir else 'none'}, "
+                f"MLA kernel from {kernel_dir.relative_to(data) if kernel_dir else 'none'}, "
+                f"MLA BMMs from {bmm_dir.relative_to(data) if bmm_dir else 'none'}; "
                 "M at powers of two, attention without a window, experts at routing skew "
                 f"{_MOE_DISTRIBUTION}, fastest kernel per shape; "
                 f"latencies rounded to {_SIGNIFICANT} significant digits. Apache-2.0."
@@ -418,6 +485,9 @@ def import_profile(
         "moe": moe,
         "prefill_mla": prefill_mla,
         "decode_mla": decode_mla,
+        "prefill_mla_kernel": prefill_kernel,
+        "decode_mla_kernel": decode_kernel,
+        "mla_bmm": bmm,
     }
     document["fitted"], document["residual_pct"] = fit_tables(document, gpu)
     return ProfileDocument.model_validate(document, strict=False)

@@ -312,6 +312,10 @@ def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     the answer says what timed it."""
     from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
     from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
+    from app.engine.profiles.measured import (  # noqa: PLC0415
+        MeasuredDecodeAttention,
+        MeasuredLinear,
+    )
     from app.engine.specs import Deployment  # noqa: PLC0415
     from app.engine.step_cost import StepCostModel  # noqa: PLC0415
     from app.formats.catalog_specs import (  # noqa: PLC0415
@@ -340,11 +344,14 @@ def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     assert cost.qkv.parts(8) == (0.0, 0.0)
     assert cost.o.parts(8) == (0.0, 0.0)
     # Beyond the table's longest context (131,072): the roofline's attention with the
-    # roofline's projections, which the zeroed QKV and O no longer count.
+    # projections the zeroed QKV and O no longer count, timed from the GEMM table.
     roofline = StepCostModel(model, gpu, deployment, profile.fitted)
     beyond = cost.decode_attention.parts(1, 150_000)
     attention = roofline.decode_attention.parts(1, 150_000)
-    qkv, o = roofline.qkv.parts(1), roofline.o.parts(1)
+    assert isinstance(cost.decode_attention, MeasuredDecodeAttention)
+    projections = cost.decode_attention.projections
+    assert all(isinstance(p, MeasuredLinear) for p in projections)
+    qkv, o = (p.parts(1) for p in projections)
     assert qkv[1] > 0 and o[1] > 0
     assert beyond[0] == pytest.approx(attention[0] + qkv[0] + o[0], rel=1e-9)
     assert beyond[1] == pytest.approx(attention[1] + qkv[1] + o[1], rel=1e-9)
@@ -361,3 +368,81 @@ def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     label = "profile b200-sxm-180gb trtllm@1.3.0rc23"
     assert answer["target"]["basis"]["decode_attention"] == label
     assert answer["target"]["basis"]["prefill_attention"] == label
+
+
+def test_deepseek_mla_without_a_module_table_is_the_kernel_with_its_gemms_and_bmms(
+    client: TestClient,
+) -> None:
+    """SGLang 0.5.14's database measures MLA's attention kernel and absorption BMMs, not the
+    module: DeepSeek-V3 at tp 8 on an H200 (16 heads a GPU, fp8-block weights, bf16 KV).
+    A decode step's attention of 8 sequences at context 1,024 is 61 layers of the decode
+    kernel plus the two FP8 BMMs at 8 tokens, read back from aiconfigurator-core's own tables
+    within 2 %; a 1,024-token prompt's is 61 layers of the context kernel plus kv_b_proj's
+    latent expansion (1,024 x 4,096 x 512) from the GEMM table. The answer says the profile
+    timed both."""
+    from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
+    from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
+    from app.engine.specs import Deployment  # noqa: PLC0415
+    from app.formats.catalog_specs import (  # noqa: PLC0415
+        gpu_spec_from_fields,
+        model_spec_from_fields,
+    )
+
+    data = systems_dir() / "data/h200_sxm"
+
+    def fastest(path: str, **match: Any) -> float:
+        rows = pq.read_table(data / path).to_pylist()
+        found = [float(r["latency"]) for r in rows if all(r[k] == v for k, v in match.items())]
+        assert found, match
+        return min(found)
+
+    kernel = fastest(
+        "mla/sglang/0.5.14/generation_mla_perf.parquet",
+        num_heads=16,
+        batch_size=8,
+        step=1023,
+        kv_cache_dtype="bfloat16",
+    )
+    bmms = sum(
+        fastest(
+            "mla_bmm/sglang/0.5.14/mla_bmm_perf.parquet",
+            op_name=op,
+            num_heads=16,
+            num_tokens=8,
+            bmm_dtype="fp8",
+        )
+        for op in ("mla_gen_pre", "mla_gen_post")
+    )
+    context = fastest(
+        "mla/sglang/0.5.14/context_mla_perf.parquet",
+        num_heads=16,
+        batch_size=1,
+        isl=1024,
+        kv_cache_dtype="bfloat16",
+    )
+    deployment = Deployment(
+        tp=8, weight_dtype=DType.FP8_BLOCK, kv_dtype=DType.BF16, activation_dtype=DType.BF16
+    )
+    profile = bundled_document("h200-sxm-141gb-sglang-0.5.14").to_profile()
+    expansion = profile.gemm[DType.FP8_BLOCK].at(1024, 4096, 512)
+    assert expansion is not None
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "deepseek-v3"))
+    gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == "h200-sxm-141gb"))
+    cost = ProfiledStepCost(model, gpu, deployment, profile)
+    decode = max(cost.decode_attention.parts(8, 8 * 1024))
+    assert decode == pytest.approx(61 * (kernel + bmms) / 1000, rel=0.02)
+    prefill = max(cost.prefill_attention.parts(1024, 1, 1024 * 1025 / 2, 1024))
+    assert prefill == pytest.approx(61 * (context + expansion) / 1000, rel=0.02)
+    body = {
+        "model": "deepseek-v3",
+        "gpu": "h200-sxm-141gb",
+        "engine": "sglang",
+        "tp": 8,
+        "kv_dtype": "bf16",
+        "batch_size": 8,
+        "context_tokens": 1024,
+    }
+    answer = client.post("/v1/estimates/decode", json=body).json()
+    label = "profile h200-sxm-141gb sglang@0.5.14"
+    basis = answer["target"]["basis"]
+    assert basis["decode_attention"] == basis["prefill_attention"] == basis["gemm"] == label

@@ -162,6 +162,11 @@ class MeasuredPrefillAttention(PrefillAttention):
         self.projections: list[LinearOp] = []
         """Linear op classes the table's time includes (a module table): the roofline's, over
         the step's tokens, joins the roofline's attention where the table does not reach."""
+        self.expansion: Curve | None = None
+        """Seconds by attended tokens of what the kernel table leaves out (MLA's latent
+        expansion, all layers), added to it; where it does not reach, the roofline times the
+        whole."""
+        self.expansion_memo: dict[float, float] = {}
 
     def parts(
         self, tokens: float, chunks: float, pairs: float, kv_tokens: float
@@ -178,6 +183,10 @@ class MeasuredPrefillAttention(PrefillAttention):
             if len(self.memo) >= self.memo_entries:
                 self.memo.clear()
             self.memo[key] = seconds
+        expansion = self.expansion
+        if expansion is not None and seconds >= 0.0:
+            extra = _read(expansion, self.expansion_memo, kv_tokens, self.memo_entries)
+            seconds = _UNMEASURED if extra < 0.0 else seconds + extra
         if seconds < 0.0:
             return _with(self.projections, tokens, compute_s, memory_s)
         return _measured(compute_s, memory_s, seconds)
@@ -209,6 +218,9 @@ class MeasuredDecodeAttention(DecodeAttention):
         self.memo_entries = memo_entries
         self.projections: list[LinearOp] = []
         """As `MeasuredPrefillAttention.projections`, over the step's sequences."""
+        self.absorption: Curve | None = None
+        """Seconds by sequences of what the kernel table leaves out (MLA's absorption BMMs,
+        all layers), added to it; where it does not reach, the roofline times the whole."""
 
     def parts(self, sequences: float, context_tokens: float) -> tuple[float, float]:
         compute_s, memory_s = DecodeAttention.parts(self, sequences, context_tokens)
@@ -218,6 +230,10 @@ class MeasuredDecodeAttention(DecodeAttention):
         if seconds is None:
             found = attention_ms(self.grid, sequences * self.head_scale, mean)
             seconds = _UNMEASURED if found is None else found * self.layers * _MS
+            absorption = self.absorption
+            if seconds >= 0.0 and absorption is not None:
+                extra = absorption.at(sequences)
+                seconds = _UNMEASURED if extra is None else seconds + extra
             if len(self.memo) >= self.memo_entries:
                 self.memo.clear()
             self.memo[key] = seconds

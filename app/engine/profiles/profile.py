@@ -118,6 +118,18 @@ class Profile:
     milliseconds by (batch, prompt tokens), keyed by (KV format, weight format, heads per GPU)."""
     decode_mla: Mapping[tuple[DType, DType, int], Grid] = field(default_factory=dict)
     """The same in decode: milliseconds by (batch, context tokens)."""
+    prefill_mla_kernel: Mapping[tuple[DType, int], Grid] = field(default_factory=dict)
+    """DeepSeek-V3's MLA attention kernel alone in prefill (queries and keys 128 + 64 wide per
+    head, values 128, over the expanded latent), one layer, milliseconds by (batch, prompt
+    tokens), keyed by (KV format, heads per GPU): with the GEMM table's projections and latent
+    expansion, the module of an engine whose database has no module table."""
+    decode_mla_kernel: Mapping[tuple[DType, int], Grid] = field(default_factory=dict)
+    """The kernel in decode (absorbed: each head attends over the 512 + 64 wide latent),
+    milliseconds by (batch, context tokens)."""
+    mla_bmm: Mapping[tuple[bool, DType, int], Grid] = field(default_factory=dict)
+    """Decode's absorption batched GEMMs, one layer, milliseconds by tokens, keyed by (before
+    the kernel: the query's nope part into the latent; after it: the latent output into each
+    head's value width), the BMM's format, heads per GPU."""
     residual_pct: Mapping[str, float] = field(default_factory=dict)
     """Per op family: RMS relative error of the interpolation against held-out measurements."""
     source: str = ""

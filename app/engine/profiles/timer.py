@@ -134,6 +134,8 @@ class ProfiledStepCost(StepCostModel):
             measured |= {OpFamily.PREFILL_ATTENTION, OpFamily.DECODE_ATTENTION}
             if isinstance(self.lm_head, MeasuredLinear):
                 measured.add(OpFamily.GEMM)
+        else:
+            measured |= self._measure_mla_kernels()
         if self._measure_communication():
             measured.add(OpFamily.COMMUNICATION)
         overhead = profile.overhead
@@ -143,29 +145,27 @@ class ProfiledStepCost(StepCostModel):
 
     def _measure_gemms(self, mla: bool) -> bool:
         """The linear op classes from the GEMM table of the weights' format (the LM head from
-        the activations'); whether QKV, O and the LM head all are."""
+        the activations'; MLA's projections as the GEMMs an engine runs them in); whether QKV,
+        O and the LM head all are."""
         model, deployment, profile = self.model, self.deployment, self.profile
         tp, d, layers = deployment.tp, model.hidden_size, model.num_layers
-        heads, kv_heads, h = self._head_layout()
         moe = model.moe
         dense_layers = layers if moe is None else moe.num_dense_layers
         gemm = _table_for(profile.gemm, deployment.weight_dtype)
         curves = 0
         if gemm is not None:
             ms = gemm.axes[0]
-            if not mla:
-                qkv = _curve(
-                    ms, [_layered(gemm, m, (heads + 2 * kv_heads) * h, d, layers) for m in ms]
-                )
-                o = _curve(ms, [_layered(gemm, m, d, heads * h, layers) for m in ms])
-                if qkv is not None:
-                    qkv = self._rescaled(qkv, lambda c, m: _bound(c.qkv.parts(m)))
-                    self.qkv = MeasuredLinear(self.qkv, qkv, self.memo_entries)
-                    curves += 1
-                if o is not None:
-                    o = self._rescaled(o, lambda c, m: _bound(c.o.parts(m)))
-                    self.o = MeasuredLinear(self.o, o, self.memo_entries)
-                    curves += 1
+            qkv_ms, o_ms = (_mla_projections if mla else _gqa_projections)(gemm, model, tp)
+            qkv = _curve(ms, [qkv_ms(m) for m in ms])
+            o = _curve(ms, [o_ms(m) for m in ms])
+            if qkv is not None:
+                qkv = self._rescaled(qkv, lambda c, m: _bound(c.qkv.parts(m)))
+                self.qkv = MeasuredLinear(self.qkv, qkv, self.memo_entries)
+                curves += 1
+            if o is not None:
+                o = self._rescaled(o, lambda c, m: _bound(c.o.parts(m)))
+                self.o = MeasuredLinear(self.o, o, self.memo_entries)
+                curves += 1
             if dense_layers and self.has_ffn:
                 width = model.intermediate_size / tp
                 up = (model.ffn_type.matrices - 1) * width
@@ -273,6 +273,55 @@ class ProfiledStepCost(StepCostModel):
         self.o = LinearOp(self.o.op_class, 0.0, 0.0, 0.0)
         return True
 
+    def _measure_mla_kernels(self) -> set[OpFamily]:
+        """MLA of DeepSeek-V3's latent widths (any hidden size, query rank or head count) where
+        no module table fits: the attention kernel from the profile's kernel tables of the KV
+        format and heads per GPU, with prefill's latent expansion (kv_b_proj over every attended
+        token) from the GEMM table and decode's absorption BMMs from theirs; the projections
+        are the GEMM table's (`_measure_gemms`). The op families it measured."""
+        model, deployment, profile = self.model, self.deployment, self.profile
+        mla = model.mla
+        if mla is None or not _deepseek_v3_latent(model):
+            return set()
+        heads, layers = model.num_attention_heads // deployment.tp, model.num_layers
+        kv_dtype, weight = deployment.kv_dtype, deployment.weight_dtype
+        measured: set[OpFamily] = set()
+        prefill = profile.prefill_mla_kernel.get((kv_dtype, heads))
+        gemm = _table_for(profile.gemm, weight)
+        if prefill is not None and gemm is not None:
+            ms = gemm.axes[0]
+            width = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+            expansion = _curve(ms, [_layered(gemm, m, width, mla.kv_lora_rank, layers) for m in ms])
+            if expansion is not None:
+                prompts = MeasuredPrefillAttention(
+                    self.prefill_attention,
+                    self._rescaled_grid(prefill, _prompt_s),
+                    1.0,
+                    layers,
+                    self.memo_entries,
+                )
+                prompts.expansion = self._rescaled(
+                    expansion, lambda c, n: _bound(c.prefill_attention.parts(0.0, 0.0, 0.0, n))
+                )
+                self.prefill_attention = prompts
+                measured.add(OpFamily.PREFILL_ATTENTION)
+        decode = profile.decode_mla_kernel.get((kv_dtype, heads))
+        absorption = _absorption_curve(profile, weight, heads, layers)
+        if decode is not None and absorption is not None:
+            decodes = MeasuredDecodeAttention(
+                self.decode_attention,
+                self._rescaled_grid(decode, _context_s),
+                1.0,
+                layers,
+                self.memo_entries,
+            )
+            decodes.absorption = self._rescaled(
+                absorption, lambda c, n: _bound(c.decode_attention.parts(n, 0.0))
+            )
+            self.decode_attention = decodes
+            measured.add(OpFamily.DECODE_ATTENTION)
+        return measured
+
     def _measure_communication(self) -> bool:
         """The tensor-parallel all-reduces from the table at the group's size, and the
         expert-parallel all-to-alls from the table at the experts' group, where it has them;
@@ -366,17 +415,81 @@ _SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
 per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
 
 
+def _deepseek_v3_latent(model: ModelSpec) -> bool:
+    """Whether the model's attention kernel has the widths of the MLA kernel the silicon
+    database measures (DeepSeek-V3's: KV rank 512, rope 64, nope 128, v 128)."""
+    mla = model.mla
+    return mla is not None and (
+        mla.kv_lora_rank,
+        mla.qk_rope_head_dim,
+        mla.qk_nope_head_dim,
+        mla.v_head_dim,
+    ) == (512, 64, 128, 128)
+
+
 def _deepseek_v3_mla(model: ModelSpec) -> bool:
     """Whether the model's attention has the widths of the MLA module the silicon database
-    measures (DeepSeek-V3's: hidden 7,168, q rank 1,536, KV rank 512, rope 64, nope 128, v
-    128), whatever its head count."""
+    measures (DeepSeek-V3's: hidden 7,168, q rank 1,536 and its latent), whatever its head
+    count."""
     mla = model.mla
     return (
         mla is not None
         and model.hidden_size == 7168
-        and (mla.q_lora_rank, mla.kv_lora_rank) == (1536, 512)
-        and (mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim) == (64, 128, 128)
+        and mla.q_lora_rank == 1536
+        and _deepseek_v3_latent(model)
     )
+
+
+def _gqa_projections(
+    gemm: Grid, model: ModelSpec, tp: int
+) -> tuple[Callable[[float], float | None], Callable[[float], float | None]]:
+    """Milliseconds of all layers' QKV and O projections over M tokens, from `gemm`."""
+    d, layers, h = model.hidden_size, model.num_layers, model.head_dim
+    heads, kv_heads = model.num_attention_heads // tp, max(1, model.num_kv_heads // tp)
+    return (
+        lambda m: _layered(gemm, m, (heads + 2 * kv_heads) * h, d, layers),
+        lambda m: _layered(gemm, m, d, heads * h, layers),
+    )
+
+
+def _mla_projections(
+    gemm: Grid, model: ModelSpec, tp: int
+) -> tuple[Callable[[float], float | None], Callable[[float], float | None]]:
+    """`_gqa_projections` of MLA as the engines run it: one GEMM down to the query rank and the
+    latent (q_a and kv_a fused, on every GPU), the query's up-projection (its heads split by
+    tp), and O; without a query rank, the query straight from the hidden state beside kv_a."""
+    mla = model.mla
+    assert mla is not None
+    d, layers = model.hidden_size, model.num_layers
+    heads = model.num_attention_heads // tp
+    latent = mla.kv_lora_rank + mla.qk_rope_head_dim
+    query = heads * mla.qk_head_dim
+    rank = mla.q_lora_rank
+
+    def qkv(m: float) -> float | None:
+        if not rank:
+            return _layered(gemm, m, query + latent, d, layers)
+        return _sum(
+            _layered(gemm, m, rank + latent, d, layers), _layered(gemm, m, query, rank, layers)
+        )
+
+    return qkv, lambda m: _layered(gemm, m, d, heads * mla.v_head_dim, layers)
+
+
+def _absorption_curve(profile: Profile, weight: DType, heads: int, layers: int) -> Curve | None:
+    """Decode MLA's two absorption BMMs, all layers, seconds by sequences: in FP8 where the
+    weights are quantised (the engines quantise kv_b's absorbed halves with them), else bf16;
+    the other format's tables where that one was not measured."""
+    formats = (DType.BF16,) if weight in (DType.BF16, DType.FP16) else (DType.FP8, DType.BF16)
+    for dtype in formats:
+        pre = profile.mla_bmm.get((True, dtype, heads))
+        post = profile.mla_bmm.get((False, dtype, heads))
+        if pre is None or post is None:
+            continue
+        tokens = pre.axes[0]
+        both = [_sum(pre.at(n), post.at(n)) for n in tokens]
+        return _curve(tokens, [None if t is None else t * layers for t in both])
+    return None
 
 
 def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
