@@ -446,3 +446,44 @@ def test_deepseek_mla_without_a_module_table_is_the_kernel_with_its_gemms_and_bm
     label = "profile h200-sxm-141gb sglang@0.5.14"
     basis = answer["target"]["basis"]
     assert basis["decode_attention"] == basis["prefill_attention"] == basis["gemm"] == label
+
+
+def test_pipeline_stages_keep_the_measured_experts_and_all_to_all() -> None:
+    """DeepSeek-R1 (fp8-block) on H200s under SGLang 0.5.14: split into two pipeline stages,
+    a step still passes every layer on its stage's GPUs, so the experts read the same MoE table
+    as without stages (tp 4), and the expert-parallel all-to-all (dp 8, ep 8) the same NCCL
+    table; what the stages add is the roofline's hand-off between them (per token and its
+    latency), which the database has no point-to-point table for, so communication's basis
+    says the roofline."""
+    from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
+    from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
+    from app.engine.specs import Deployment  # noqa: PLC0415
+    from app.engine.step_cost import StepCostModel  # noqa: PLC0415
+    from app.formats.catalog_specs import (  # noqa: PLC0415
+        gpu_spec_from_fields,
+        model_spec_from_fields,
+    )
+
+    profile = bundled_document("h200-sxm-141gb-sglang-0.5.14").to_profile()
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "deepseek-r1"))
+    gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == "h200-sxm-141gb"))
+    label = "profile h200-sxm-141gb sglang@0.5.14"
+    for flat in (
+        Deployment(tp=4, weight_dtype=DType.FP8_BLOCK),
+        Deployment(tp=1, dp=8, ep=8, weight_dtype=DType.FP8_BLOCK),
+    ):
+        piped = Deployment(tp=flat.tp, dp=flat.dp, ep=flat.ep, pp=2, weight_dtype=DType.FP8_BLOCK)
+        one, two = (ProfiledStepCost(model, gpu, d, profile) for d in (flat, piped))
+        assert one.basis["moe"] == two.basis["moe"] == label
+        assert one.basis["communication"] == label
+        assert two.basis["communication"] == f"roofline fitted to {label}"
+        rooflines = [StepCostModel(model, gpu, d, profile.fitted) for d in (flat, piped)]
+        for tokens in (8.0, 512.0):
+            assert two.experts.parts(tokens) == one.experts.parts(tokens)
+            hand_off = rooflines[1].communication.layout(tokens) - rooflines[
+                0
+            ].communication.layout(tokens)
+            assert hand_off > 0
+            assert two.communication.layout(tokens) == pytest.approx(
+                one.communication.layout(tokens) + hand_off, rel=1e-9
+            )

@@ -330,10 +330,15 @@ class ProfiledStepCost(StepCostModel):
         all_reduce = self._all_reduce_curve() if tp > 1 else None
         moe = model.moe
         exchange: Curve | None = None
-        if moe is not None and deployment.ep > 1 and deployment.pp == 1:
+        if moe is not None and deployment.ep > 1:
             exchange = self._all_to_all_curve()
         if all_reduce is None and exchange is None:
             return False
+        stage_latency_s = 0.0
+        if deployment.pp > 1:
+            stage_latency_s = (deployment.pp - 1) * self.gpu.interconnect.tier(
+                deployment.gpus
+            ).latency_s
         self.communication = MeasuredCommunication(
             self.communication,
             all_reduce,
@@ -342,9 +347,13 @@ class ProfiledStepCost(StepCostModel):
             exchange,
             self._exchange_bytes_per_token(),
             2 * self.coefficients.moe_layers,
+            stage_latency_s,
         )
-        # The layout's other exchanges (dp without ep, pp hand-offs) stay the roofline's.
-        layout_measured = not self.communication.has_layout or exchange is not None
+        # The layout's other exchanges (dp without ep; pp's hand-offs, for which the database
+        # has no point-to-point table) stay the roofline's.
+        layout_measured = not self.communication.has_layout or (
+            exchange is not None and deployment.pp == 1
+        )
         return (tp == 1 or all_reduce is not None) and layout_measured
 
     def _all_reduce_curve(self) -> Curve | None:
@@ -497,9 +506,10 @@ def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Cu
     the profile's fused-MoE table of this layer shape and split (the experts' width `tp x dp /
     ep` ways, the experts `ep` ways), the shared ones (an always-on FFN of their width, split
     `tp x dp` ways) from the GEMM table of the experts' format. None where either is not
-    measured, or the layers are split into pipeline stages."""
+    measured. Pipeline stages change nothing here: a step passes through every stage's
+    layers, each on its stage's tp x dp GPUs."""
     moe = model.moe
-    if moe is None or deployment.pp > 1:
+    if moe is None:
         return None
     dtype = expert_dtype_for(model, deployment)
     shards, ep = deployment.expert_shards, deployment.ep
