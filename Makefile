@@ -14,12 +14,13 @@ PYTEST_ARGS ?= -n auto
 
 export RIDGELINE_DATABASE_URL ?= sqlite:///./ridgeline.db
 
-.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans bench-heavy bench-instructions clean
+.PHONY: help run install install-dev test lint format typecheck openapi lock bench-api bench-estimates bench-simulator bench-plans bench-heavy bench-instructions validate clean
 
 help:
 	@echo "make run      set up, migrate, load the catalog and serve on http://$(HOST):$(PORT) (docs at /docs)"
 	@echo "make test     set up, lint, type-check and run every test on SQLite and PostgreSQL"
 	@echo "make openapi  regenerate openapi/openapi.json from the app"
+	@echo "make validate compare against published runs; write the record the service ships"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +99,9 @@ bench-instructions: $(VENV)/.installed-dev
 
 bench-plans: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_plans.py
+
+validate: $(VENV)/.installed-dev
+	$(BIN)/python scripts/validate_published.py --record
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache ridgeline.db ridgeline.db-* build app/engine/compiled.sha256

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,27 +25,15 @@ from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document, bundled_refs, choose_engine
 from app.catalog.relatives import Datasheet, nearest_relatives
 from app.engine.dtypes import DType
-from app.engine.estimates import estimate_prefill, estimate_request
+from app.engine.estimates import default_memory_plan, estimate_prefill, estimate_request
 from app.engine.profiles import Profile, ProfiledStepCost
 from app.engine.serving import ServingEngine, parse_engine
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
+from app.validation.record import RECORD, Comparison, coverage, document, held_out
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "validation" / "published.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    point: str
-    metric: str
-    basis: str
-    measured: float
-    estimated: float
-
-    @property
-    def error_pct(self) -> float:
-        return 100.0 * (self.estimated / self.measured - 1.0)
 
 
 @cache
@@ -170,10 +157,57 @@ def compare(
         except SpecError as error:
             print(f"skipped {point['id']}: {error}")
             continue
+        kind = {
+            "point": point["id"],
+            "source": point["source"]["url"],
+            "family": _family(point["model"]),
+            "engine": point["engine"] or "unstated",
+            "basis": _basis_kind(cost),
+            "regime": _regime(cost, batch, prompt + output),
+            "timed_by": basis,
+        }
         for metric, measured in point["measured"].items():
             if metric in estimates:
-                found.append(Comparison(point["id"], metric, basis, measured, estimates[metric]))
+                found.append(
+                    Comparison(
+                        **kind, metric=metric, measured=measured, estimated=estimates[metric]
+                    )
+                )
     return found
+
+
+def _family(model_id: str) -> str:
+    """The architecture family a run's model belongs to, as the record groups answers."""
+    row = next(m for m in bundled_models() if m["id"] == model_id)
+    if row.get("family") == "gpt_oss":
+        return "gpt-oss"
+    if row.get("mla"):
+        return "mla"
+    return "moe" if row.get("moe") else "dense"
+
+
+def _basis_kind(cost: StepCostModel) -> str:
+    """What timed an answer: measured tables for every op family of its step, a relative's
+    scaled, partly measured, or the roofline."""
+    if not isinstance(cost, ProfiledStepCost):
+        return "roofline"
+    if cost.measured_on is not None:
+        return "scaled"
+    labels = cost.basis.values()
+    return "measured" if not any(v.startswith("roofline") for v in labels) else "partly measured"
+
+
+NEAR_CAPACITY = 0.8
+"""A run whose sequences hold this share of the replica's KV cache or more is near capacity."""
+
+
+def _regime(cost: StepCostModel, batch: int, tokens_each: int) -> str:
+    """A single request, under load, or near capacity (its batch's KV at 80 % of the cache or
+    more)."""
+    if batch == 1:
+        return "single request"
+    held = default_memory_plan(cost).replica_kv_tokens
+    return "near capacity" if held and batch * tokens_each >= NEAR_CAPACITY * held else "under load"
 
 
 def summary(comparisons: list[Comparison]) -> dict[str, tuple[int, float, float]]:
@@ -204,7 +238,8 @@ def held_out_report(points: bool) -> None:
     same = {
         (c.point, c.metric)
         for c in scaled
-        if _datasheet(gpu_of[c.point]).architecture == _datasheet(c.basis.split()[1]).architecture
+        if _datasheet(gpu_of[c.point]).architecture
+        == _datasheet(c.timed_by.split()[1]).architecture
     }
     keys = sorted(by_mode["scaled"])
     for metric in (*sorted({k[1] for k in keys}), "all", "same arch", "other arch"):
@@ -229,8 +264,27 @@ def held_out_report(points: bool) -> None:
             print(
                 f"{c.point:<45} {c.metric:<8} measured {c.measured:>9.1f}  roofline "
                 f"{by_mode['roofline'][key]:+6.1f}%  own {by_mode['profile'][key]:+6.1f}%  "
-                f"{c.basis}: {c.error_pct:+6.1f}%"
+                f"{c.timed_by}: {c.error_pct:+6.1f}%"
             )
+
+
+def write_record() -> None:
+    """The service's record of its answers (what the service answers: a run's engine's
+    profile where the GPU has one), and how many comparisons fell inside the interval their
+    kind of answer states with their own source held out, per family and regime."""
+    comparisons = compare(True)
+    RECORD.write_text(json.dumps(document(comparisons), indent=1) + "\n")
+    print(f"wrote {RECORD} ({len(comparisons)} comparisons)")
+    groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for checked in held_out(comparisons):
+        c = checked[0]
+        groups[(c.family, c.regime)].append(checked)
+        groups[("every family", "every regime")].append(checked)
+    print(f"{'family':<13} {'regime':<15} {'n':>3} {'with interval':>14} {'inside':>7}")
+    for (family, regime), members in sorted(groups.items()):
+        n, share = coverage(members)
+        inside = "-" if share is None else f"{100 * share:.0f}%"
+        print(f"{family:<13} {regime:<15} {len(members):>3} {n:>14} {inside:>7}")
 
 
 def main() -> None:
@@ -244,7 +298,15 @@ def main() -> None:
         action="store_true",
         help="with --scaled: relatives of the vendor's other architectures too",
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write the record the service ships ({RECORD.name}) and its held-out coverage",
+    )
     args = parser.parse_args()
+    if args.record:
+        write_record()
+        return
     if args.scaled:
         global ANY_ARCHITECTURE  # noqa: PLW0603 - a switch of this script's one run
         ANY_ARCHITECTURE = args.any_architecture
@@ -269,7 +331,7 @@ def main() -> None:
         for old, new in zip(results["roofline"], results["profile"], strict=True):
             print(
                 f"{old.point:<45} {old.metric:<8} measured {old.measured:>9.1f}  roofline "
-                f"{old.estimated:>9.1f} ({old.error_pct:+6.1f}%)  {new.basis}: "
+                f"{old.estimated:>9.1f} ({old.error_pct:+6.1f}%)  {new.timed_by}: "
                 f"{new.estimated:>9.1f} ({new.error_pct:+6.1f}%)"
             )
 

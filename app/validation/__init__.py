@@ -1,0 +1,1 @@
+"""Ridgeline's record against published serving runs (`app.validation.record`)."""

@@ -1,0 +1,255 @@
+"""Ridgeline's validation record: how far its answers were from published serving runs, per
+kind of answer, and the interval a new answer of that kind states.
+
+A comparison is one published figure (`docs/validation/published.json`) against Ridgeline's
+answer for the same run; its `miss_pct` is where the measured figure lay in percent of the
+answer (`100 (measured / answer - 1)`: positive where the run was slower than the answer). A
+cell gathers the comparisons of one kind of answer: architecture family x engine x basis (what
+timed it: measured tables, a relative's scaled, the roofline) x regime (a single request, under
+load, near capacity) x metric (TTFT, TPOT, end to end). Its interval is the central
+range of its misses (less `TAIL` at each end), stated where the cell holds at least
+`MIN_POINTS` from at least `MIN_SOURCES` sources; a kind with fewer takes the interval of the
+nearest coarser cell that has them (family x metric, then metric), and says so.
+
+Leave-one-source-out: each source's comparisons are checked against the interval computed
+without that source's, so a source never validates itself; the fraction that fell inside is the
+cell's `held_out_coverage`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MIN_POINTS",
+    "MIN_SOURCES",
+    "RECORD",
+    "TAIL",
+    "Cell",
+    "Comparison",
+    "Interval",
+    "cells",
+    "coverage",
+    "document",
+    "held_out",
+    "interval_of",
+    "shipped",
+]
+
+TAIL = 0.0
+"""The share of misses an interval leaves out at each end: 0, the whole range other sources
+showed. Errors cluster by source, so pooled percentiles understate how far the next source
+lands: of the 65 comparisons of 13 sources (2026-12-07) that have an interval with their own
+source left out, the 10th-90th percentiles held 65 %, the 5th-95th 77 %, the whole range 82 %."""
+MIN_POINTS = 4
+"""Comparisons a cell needs to state an interval of its own."""
+MIN_SOURCES = 4
+"""Sources a cell's comparisons must come from to state an interval of its own: errors cluster
+by source (one run's setup shifts all its figures alike), so many points of one source say
+little about the next."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One published figure against Ridgeline's answer for the same run."""
+
+    point: str
+    source: str
+    family: str
+    engine: str
+    basis: str
+    regime: str
+    metric: str
+    measured: float
+    estimated: float
+    timed_by: str = ""
+    """The answer's basis as it names it (the profile's label, or the roofline)."""
+
+    @property
+    def miss_pct(self) -> float:
+        """Where the measured figure lay, in percent of the answer (positive: slower)."""
+        return 100.0 * (self.measured / self.estimated - 1.0)
+
+    @property
+    def error_pct(self) -> float:
+        """The answer's error against the measurement (negative: optimistic)."""
+        return 100.0 * (self.estimated / self.measured - 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Where measured figures lay, in percent of the answer: [low, high] from `n` comparisons."""
+
+    low: float
+    high: float
+    n: int
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between order statistics."""
+    position = q * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (position - below) * (ordered[above] - ordered[below])
+
+
+def interval_of(misses: Iterable[float]) -> Interval | None:
+    """`misses` less `TAIL` at each end; None with fewer than `MIN_POINTS`."""
+    ordered = sorted(misses)
+    if len(ordered) < MIN_POINTS:
+        return None
+    return Interval(
+        round(_quantile(ordered, TAIL), 1), round(_quantile(ordered, 1.0 - TAIL), 1), len(ordered)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One kind of answer's record."""
+
+    family: str
+    engine: str
+    basis: str
+    regime: str
+    metric: str
+    n: int
+    sources: int
+    mean_abs_error_pct: float
+    median_error_pct: float
+    interval: Interval | None
+    interval_from: str
+    """Which comparisons the interval is of: "cell", "family x metric", "metric", or "none"."""
+    held_out_coverage: float | None
+    """The share of the cell's comparisons inside the interval computed without their source."""
+
+
+_LEVELS = ("cell", "family x metric", "metric")
+
+
+def _key(c: Comparison, level: str) -> tuple[str, ...]:
+    if level == "cell":
+        return (c.family, c.engine, c.basis, c.regime, c.metric)
+    if level == "family x metric":
+        return (c.family, c.metric)
+    return (c.metric,)
+
+
+def _interval(
+    comparisons: Sequence[Comparison], first: Comparison, exclude: str | None
+) -> tuple[Interval | None, str]:
+    """The interval for answers of `first`'s kind from `comparisons` (without `exclude`'s
+    source): the cell's own, else the nearest coarser level with enough."""
+    for level in _LEVELS:
+        key = _key(first, level)
+        members = [c for c in comparisons if _key(c, level) == key and c.source != exclude]
+        if len({c.source for c in members}) < MIN_SOURCES:
+            continue
+        found = interval_of(c.miss_pct for c in members)
+        if found is not None:
+            return found, level
+    return None, "none"
+
+
+def held_out(comparisons: Sequence[Comparison]) -> list[tuple[Comparison, bool | None]]:
+    """Each comparison with whether it fell inside the interval its kind of answer states when
+    computed without its source (None: no interval without it)."""
+    found: list[tuple[Comparison, bool | None]] = []
+    for c in comparisons:
+        interval, _ = _interval(comparisons, c, c.source)
+        found.append((c, None if interval is None else interval.low <= c.miss_pct <= interval.high))
+    return found
+
+
+def coverage(checked: Iterable[tuple[Comparison, bool | None]]) -> tuple[int, float | None]:
+    """(comparisons with an interval, the share of them inside it)."""
+    results = [inside for _, inside in checked if inside is not None]
+    return len(results), (round(sum(results) / len(results), 2) if results else None)
+
+
+def cells(comparisons: Sequence[Comparison]) -> list[Cell]:
+    """The record: one cell per kind of answer the comparisons hold, sorted by kind."""
+    checked: dict[tuple[str, ...], list[tuple[Comparison, bool | None]]] = defaultdict(list)
+    for c, inside in held_out(comparisons):
+        checked[_key(c, "cell")].append((c, inside))
+    found = []
+    for key, members in sorted(checked.items()):
+        first = members[0][0]
+        interval, level = _interval(comparisons, first, None)
+        errors = sorted(c.error_pct for c, _ in members)
+        family, engine, basis, regime, metric = key
+        found.append(
+            Cell(
+                family=family,
+                engine=engine,
+                basis=basis,
+                regime=regime,
+                metric=metric,
+                n=len(members),
+                sources=len({c.source for c, _ in members}),
+                mean_abs_error_pct=round(sum(abs(e) for e in errors) / len(errors), 1),
+                median_error_pct=round(_quantile(errors, 0.5), 1) + 0.0,
+                interval=interval,
+                interval_from=level,
+                held_out_coverage=coverage(members)[1],
+            )
+        )
+    return found
+
+
+def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
+    """The record as the service ships it (`data/record.json`)."""
+    return {
+        "about": (
+            "Ridgeline's answers against published serving runs (docs/validation/published.json): "
+            "per kind of answer, n, mean absolute and median error (percent; negative: the "
+            "answer was faster than the run), and the interval where measured figures lay in "
+            "percent of the answer, with the share of comparisons inside it when their own "
+            "source is held out. Written by `make validate`."
+        ),
+        "tail": TAIL,
+        "min_points": MIN_POINTS,
+        "min_sources": MIN_SOURCES,
+        "held_out_coverage": coverage(held_out(comparisons))[1],
+        "comparisons": len(comparisons),
+        "sources": len({c.source for c in comparisons}),
+        "cells": [_cell_fields(cell) for cell in cells(comparisons)],
+    }
+
+
+def _cell_fields(cell: Cell) -> dict[str, Any]:
+    fields = {
+        name: getattr(cell, name)
+        for name in (
+            "family",
+            "engine",
+            "basis",
+            "regime",
+            "metric",
+            "n",
+            "sources",
+            "mean_abs_error_pct",
+            "median_error_pct",
+        )
+    }
+    interval = cell.interval
+    fields["interval_pct"] = None if interval is None else [interval.low, interval.high]
+    fields["interval_n"] = None if interval is None else interval.n
+    fields["interval_from"] = cell.interval_from
+    fields["held_out_coverage"] = cell.held_out_coverage
+    return fields
+
+
+RECORD = Path(__file__).parent / "data" / "record.json"
+"""The record the service ships."""
+
+
+def shipped() -> dict[str, Any]:
+    """The shipped record, as `document` wrote it."""
+    loaded: dict[str, Any] = json.loads(RECORD.read_text())
+    return loaded
