@@ -25,13 +25,22 @@ from app.catalog.loader import bundled_gpus, bundled_models
 from app.catalog.profiles import bundled_document, bundled_refs, choose_engine
 from app.catalog.relatives import Datasheet, nearest_relatives
 from app.engine.dtypes import DType
-from app.engine.estimates import default_memory_plan, estimate_prefill, estimate_request
+from app.engine.estimates import estimate_prefill, estimate_request
 from app.engine.profiles import Profile, ProfiledStepCost
 from app.engine.serving import ServingEngine, parse_engine
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.formats.catalog_specs import gpu_spec_from_fields, model_spec_from_fields
-from app.validation.record import RECORD, Comparison, coverage, document, held_out
+from app.validation.record import (
+    RECORD,
+    Comparison,
+    basis_kind,
+    coverage,
+    document,
+    family_of,
+    held_out,
+    regime_of,
+)
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "validation" / "published.json"
 
@@ -160,10 +169,10 @@ def compare(
         kind = {
             "point": point["id"],
             "source": point["source"]["url"],
-            "family": _family(point["model"]),
+            "family": family_of(_model(point["model"])),
             "engine": point["engine"] or "unstated",
-            "basis": _basis_kind(cost),
-            "regime": _regime(cost, batch, prompt + output),
+            "basis": basis_kind(cost),
+            "regime": regime_of(cost, batch, prompt + output),
             "timed_by": basis,
         }
         for metric, measured in point["measured"].items():
@@ -174,40 +183,6 @@ def compare(
                     )
                 )
     return found
-
-
-def _family(model_id: str) -> str:
-    """The architecture family a run's model belongs to, as the record groups answers."""
-    row = next(m for m in bundled_models() if m["id"] == model_id)
-    if row.get("family") == "gpt_oss":
-        return "gpt-oss"
-    if row.get("mla"):
-        return "mla"
-    return "moe" if row.get("moe") else "dense"
-
-
-def _basis_kind(cost: StepCostModel) -> str:
-    """What timed an answer: measured tables for every op family of its step, a relative's
-    scaled, partly measured, or the roofline."""
-    if not isinstance(cost, ProfiledStepCost):
-        return "roofline"
-    if cost.measured_on is not None:
-        return "scaled"
-    labels = cost.basis.values()
-    return "measured" if not any(v.startswith("roofline") for v in labels) else "partly measured"
-
-
-NEAR_CAPACITY = 0.8
-"""A run whose sequences hold this share of the replica's KV cache or more is near capacity."""
-
-
-def _regime(cost: StepCostModel, batch: int, tokens_each: int) -> str:
-    """A single request, under load, or near capacity (its batch's KV at 80 % of the cache or
-    more)."""
-    if batch == 1:
-        return "single request"
-    held = default_memory_plan(cost).replica_kv_tokens
-    return "near capacity" if held and batch * tokens_each >= NEAR_CAPACITY * held else "under load"
 
 
 def summary(comparisons: list[Comparison]) -> dict[str, tuple[int, float, float]]:

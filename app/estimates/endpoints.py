@@ -66,6 +66,7 @@ def _given(answer: object) -> tuple[object, dict[str, object]]:
         given: dict[str, object] = {
             "target": answer.target,
             "expected_error_pct": answer.expected_error_pct,
+            "error_interval_pct": answer.error_interval_pct,
         }
         if answer.warnings:
             given["warnings"] = [*answer.warnings, *getattr(answer.result, "warnings", ())]

@@ -8,8 +8,9 @@ field (`spec_errors`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from app.catalog.spec_cache import SpecCache
@@ -37,6 +38,7 @@ from app.engine.specs import GpuSpec, ModelSpec
 from app.errors import spec_errors
 from app.targets.schemas import TargetEcho
 from app.targets.service import (
+    PHASE_METRICS,
     EfficiencyMode,
     Layout,
     Target,
@@ -44,6 +46,7 @@ from app.targets.service import (
     resolve_gpu_spec,
     resolve_target,
 )
+from app.validation.record import StatedInterval, regime_of
 
 __all__ = [
     "Answer",
@@ -83,6 +86,12 @@ class Resolved:
     """The target's error statement (`Target.error_statement`) and warnings, by the phases an
     answer reports, made once per target and phases."""
 
+    intervals: dict[
+        tuple[tuple[str, ...], str], tuple[dict[str, StatedInterval | None], tuple[str, ...]]
+    ] = field(default_factory=dict, compare=False)
+    """The target's error intervals (`Target.error_intervals`) and their warnings, by the
+    phases and regime an answer reports, made once per target, phases and regime."""
+
     def stated(self, phases: tuple[str, ...]) -> tuple[dict[str, float | None], tuple[str, ...]]:
         """(expected_error_pct, warnings) of an answer about `phases`."""
         found = self.statements.get(phases)
@@ -91,6 +100,20 @@ class Resolved:
             errors, unknown = target.error_statement({phase: phase for phase in phases})
             found = self.statements[phases] = (errors, (*target.warnings, *unknown))
         return found
+
+    def bounded(
+        self, phases: tuple[str, ...], regime: str
+    ) -> tuple[dict[str, StatedInterval | None], tuple[str, ...]]:
+        """(error_interval_pct, warnings) of an answer about `phases` in `regime`."""
+        key = (phases, regime)
+        found = self.intervals.get(key)
+        if found is None:
+            metrics = {phase: PHASE_METRICS[phase] for phase in phases}
+            found = self.intervals[key] = self.target.error_intervals(metrics, regime)
+        return found
+
+
+_NO_INTERVALS: Mapping[str, StatedInterval | None] = MappingProxyType({})
 
 
 class Answer(NamedTuple, Generic[R]):
@@ -106,6 +129,9 @@ class Answer(NamedTuple, Generic[R]):
     warnings: tuple[str, ...] = ()
     """What the target itself warns of (an engine timed by the roofline), before the result's
     own warnings."""
+    error_interval_pct: Mapping[str, StatedInterval | None] = _NO_INTERVALS
+    """By phase, where published runs of the answer's kind measured its figure, in percent of
+    it (`Target.error_intervals`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,9 +263,17 @@ def target_of(cache: SpecCache, query: TargetQuery) -> Resolved:
     return cache.derived(key, resolved)
 
 
-def _answer(resolved: Resolved, result: R, *phases: str) -> Answer[R]:
+def _answer(resolved: Resolved, result: R, regime: str, *phases: str) -> Answer[R]:
     errors, warnings = resolved.stated(phases)
-    return Answer(resolved.echo, errors, result, warnings)
+    intervals, unknown = resolved.bounded(phases, regime)
+    return Answer(resolved.echo, errors, result, (*warnings, *unknown), intervals)
+
+
+def _regime(target: Target, batch: int, tokens_each: int) -> str:
+    """The load an estimate is of, as the validation record groups answers (`regime_of`)."""
+    if batch <= 1:
+        return "single request"
+    return regime_of(target.cost, batch, tokens_each)
 
 
 def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:
@@ -247,7 +281,8 @@ def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:
     target = resolved.target
     with spec_errors():
         estimate = estimate_prefill(target.cost, **workload_of(query))
-    return _answer(resolved, estimate, "prefill")
+    regime = _regime(target, query.batch_size, query.prompt_tokens)
+    return _answer(resolved, estimate, regime, "prefill")
 
 
 def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Answer[PrefillCurve]:
@@ -262,7 +297,8 @@ def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Answer[Prefill
             chunk_tokens=query.chunk_tokens,
             causal=query.causal,
         )
-    return _answer(resolved, curve, "prefill")
+    regime = _regime(target, query.batch_size, max(lengths))
+    return _answer(resolved, curve, regime, "prefill")
 
 
 def decode(cache: SpecCache, query: DecodeQuery) -> Answer[DecodeEstimate]:
@@ -272,7 +308,8 @@ def decode(cache: SpecCache, query: DecodeQuery) -> Answer[DecodeEstimate]:
         estimate = estimate_decode(
             target.cost, batch_size=query.batch_size, context_tokens=query.context_tokens
         )
-    return _answer(resolved, estimate, "decode")
+    regime = _regime(target, query.batch_size, query.context_tokens)
+    return _answer(resolved, estimate, regime, "decode")
 
 
 def request(cache: SpecCache, query: RequestQuery) -> Answer[RequestEstimate]:
@@ -280,7 +317,8 @@ def request(cache: SpecCache, query: RequestQuery) -> Answer[RequestEstimate]:
     target = resolved.target
     with spec_errors():
         estimate = estimate_request(target.cost, **workload_of(query))
-    return _answer(resolved, estimate, "prefill", "decode")
+    regime = _regime(target, query.batch_size, query.prompt_tokens + query.output_tokens)
+    return _answer(resolved, estimate, regime, "prefill", "decode")
 
 
 def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Answer[BatchCeiling]:
@@ -288,7 +326,7 @@ def batch_ceiling(cache: SpecCache, query: BatchCeilingQuery) -> Answer[BatchCei
     target = resolved.target
     with spec_errors():
         ceiling = estimate_batch_ceiling(target.cost, **workload_of(query))
-    return _answer(resolved, ceiling, "decode")
+    return _answer(resolved, ceiling, "near capacity", "decode")
 
 
 def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Answer[ChunkRecommendation]:
@@ -296,7 +334,8 @@ def chunk_size(cache: SpecCache, query: ChunkSizeQuery) -> Answer[ChunkRecommend
     target = resolved.target
     with spec_errors():
         recommendation = recommend_chunk_size(target.cost, **workload_of(query))
-    return _answer(resolved, recommendation, "prefill", "decode")
+    regime = "under load" if query.decode_batch_size > 1 else "single request"
+    return _answer(resolved, recommendation, regime, "prefill", "decode")
 
 
 def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeasibility]:
@@ -325,7 +364,8 @@ def tp_feasibility(cache: SpecCache, query: TpFeasibilityQuery) -> Answer[TpFeas
             layouts=query.layouts,
             cost=target.cost,
         )
-    return _answer(resolved, result, "prefill", "decode")
+    regime = "under load" if query.batch_size > 1 else "single request"
+    return _answer(resolved, result, regime, "prefill", "decode")
 
 
 def roofline_of(cache: SpecCache, query: RooflineQuery) -> RooflineAnswer:

@@ -29,9 +29,11 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel
 from app.errors import spec_errors
+from app.validation.record import StatedInterval, basis_kind, family_of, shipped_record
 
 __all__ = [
     "INLINE",
+    "PHASE_METRICS",
     "SIMULATED_METRICS",
     "EfficiencyMode",
     "Layout",
@@ -236,9 +238,40 @@ class Target:
             metrics, self.expected_error_pct, self.efficiency_mode, profile, self.gpu_id
         )
 
+    def error_intervals(
+        self, metrics: Mapping[str, str], regime: str
+    ) -> tuple[dict[str, StatedInterval | None], tuple[str, ...]]:
+        """Where measured figures of published runs of this answer's kind lay, in percent of
+        the answer, for each of `metrics` (an answer's key to the record's metric: `ttft_ms`,
+        `tpot_ms`), in the `regime` of its load (`app.validation.record`); None, with one
+        warning saying why, for an ideal or custom efficiency (no run validates them) and a
+        metric no published run measured."""
+        if self.efficiency_mode is not EfficiencyMode.CALIBRATED:
+            why = (
+                "an ideal-efficiency answer is a lower bound, not a prediction"
+                if self.efficiency_mode is EfficiencyMode.IDEAL
+                else "the efficiencies the request gives were not validated against runs"
+            )
+            names = " and ".join(metrics)
+            return dict.fromkeys(metrics), (f"error_interval_pct {names} is null: {why}",)
+        record = shipped_record()
+        kind = (family_of(self.model), str(self.engine.name), basis_kind(self.cost), regime)
+        stated = {key: record.interval(*kind, metric) for key, metric in metrics.items()}
+        unknown = [key for key, interval in stated.items() if interval is None]
+        if not unknown:
+            return stated, ()
+        names = " and ".join(unknown)
+        return stated, (
+            f"error_interval_pct {names} is null: no published run in the validation set "
+            "measured it",
+        )
+
 
 SIMULATED_METRICS = {"ttft": "prefill", "tpot": "decode"}
 """A simulation's metrics and the phase whose validation residuals each is judged by."""
+
+PHASE_METRICS = {"prefill": "ttft_ms", "decode": "tpot_ms"}
+"""An estimate's phases and the published metric the validation record judges each by."""
 
 
 def error_statement(

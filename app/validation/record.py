@@ -21,25 +21,38 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from app.engine.estimates import default_memory_plan
+from app.engine.profiles import ProfiledStepCost
+from app.engine.specs import ModelSpec
+from app.engine.step_cost import StepCostModel
 
 __all__ = [
     "MIN_POINTS",
     "MIN_SOURCES",
+    "NEAR_CAPACITY",
     "RECORD",
     "TAIL",
     "Cell",
     "Comparison",
     "Interval",
+    "Record",
+    "StatedInterval",
+    "basis_kind",
     "cells",
     "coverage",
     "document",
+    "family_of",
     "held_out",
     "interval_of",
+    "regime_of",
     "shipped",
+    "shipped_record",
 ]
 
 TAIL = 0.0
@@ -219,7 +232,34 @@ def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
         "comparisons": len(comparisons),
         "sources": len({c.source for c in comparisons}),
         "cells": [_cell_fields(cell) for cell in cells(comparisons)],
+        "levels": _levels(comparisons),
     }
+
+
+def _levels(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
+    """The coarser kinds an answer without a cell of its own falls back to: each family's
+    metric, each metric; their intervals and held-out coverage."""
+    checked = held_out(comparisons)
+    found = []
+    for level in _LEVELS[1:]:
+        keys = sorted({_key(c, level) for c in comparisons})
+        for key in keys:
+            members = [c for c in comparisons if _key(c, level) == key]
+            interval, _ = _interval(members, members[0], None)
+            found.append(
+                {
+                    "level": level,
+                    "family": key[0] if len(key) == 2 else None,
+                    "metric": key[-1],
+                    "n": len(members),
+                    "sources": len({c.source for c in members}),
+                    "interval_pct": None if interval is None else [interval.low, interval.high],
+                    "held_out_coverage": coverage(
+                        [(c, inside) for c, inside in checked if _key(c, level) == key]
+                    )[1],
+                }
+            )
+    return found
 
 
 def _cell_fields(cell: Cell) -> dict[str, Any]:
@@ -253,3 +293,92 @@ def shipped() -> dict[str, Any]:
     """The shipped record, as `document` wrote it."""
     loaded: dict[str, Any] = json.loads(RECORD.read_text())
     return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class StatedInterval:
+    """The interval an answer states for one of its figures: where measured figures of runs of
+    its kind lay, in percent of the answer, and how often runs of another source fell inside."""
+
+    low_pct: float
+    high_pct: float
+    n: int
+    sources: int
+    held_out_coverage: float | None
+    of: str
+    """Which comparisons: the answer's own kind, or the coarser kind it fell back to."""
+
+
+class Record:
+    """The shipped record, indexed for answers (`interval`)."""
+
+    def __init__(self, document: Mapping[str, Any]) -> None:
+        self.cells: dict[tuple[str, ...], Mapping[str, Any]] = {
+            tuple(cell[k] for k in ("family", "engine", "basis", "regime", "metric")): cell
+            for cell in document["cells"]
+        }
+        self.levels: dict[tuple[str | None, str], Mapping[str, Any]] = {
+            (level["family"], level["metric"]): level for level in document["levels"]
+        }
+
+    def interval(
+        self, family: str, engine: str, basis: str, regime: str, metric: str
+    ) -> StatedInterval | None:
+        """The interval of an answer of this kind: its cell's where published runs of its
+        kind exist, else its family's for the metric, else the metric's; None where no
+        published run measured the metric."""
+        cell = self.cells.get((family, engine, basis, regime, metric))
+        if cell is not None and cell["interval_pct"] is not None:
+            low, high = cell["interval_pct"]
+            of = f"{family} {engine} {basis} {regime} {metric} ({cell['interval_from']})"
+            return StatedInterval(
+                low, high, cell["interval_n"], cell["sources"], cell["held_out_coverage"], of
+            )
+        for key, of in (((family, metric), f"{family} {metric}"), ((None, metric), metric)):
+            level = self.levels.get(key)
+            if level is not None and level["interval_pct"] is not None:
+                low, high = level["interval_pct"]
+                return StatedInterval(
+                    low, high, level["n"], level["sources"], level["held_out_coverage"], of
+                )
+        return None
+
+
+@cache
+def shipped_record() -> Record:
+    """The shipped record, read once."""
+    return Record(shipped())
+
+
+def family_of(model: ModelSpec) -> str:
+    """The architecture family the record groups a model's answers by: MLA, gpt-oss (MoE with
+    attention sinks), other MoE, dense."""
+    if model.mla is not None:
+        return "mla"
+    if model.moe is not None:
+        return "gpt-oss" if model.attention_sinks else "moe"
+    return "dense"
+
+
+def basis_kind(cost: StepCostModel) -> str:
+    """What timed an answer: measured tables for every op family of its step, a relative's
+    scaled, partly measured, or the roofline."""
+    if not isinstance(cost, ProfiledStepCost):
+        return "roofline"
+    if cost.measured_on is not None:
+        return "scaled"
+    labels = cost.basis.values()
+    return "measured" if not any(v.startswith("roofline") for v in labels) else "partly measured"
+
+
+NEAR_CAPACITY = 0.8
+"""Sequences that hold this share of the replica's KV cache or more are near capacity."""
+
+
+def regime_of(cost: StepCostModel, batch: int, tokens_each: int) -> str:
+    """A single request, under load, or near capacity (its batch's KV at 80 % of the cache or
+    more)."""
+    if batch <= 1:
+        return "single request"
+    held = default_memory_plan(cost).replica_kv_tokens
+    return "near capacity" if held and batch * tokens_each >= NEAR_CAPACITY * held else "under load"

@@ -112,10 +112,16 @@ def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestC
         assert answer["target"]["engine"] == engine
         assert answer["target"]["basis"] == _every_family("roofline")
         # No engine warning: only why no error is stated (no run of the H100 validates the
-        # roofline; an ideal efficiency is a bound).
-        (why,) = answer["warnings"]
+        # roofline; an ideal efficiency is a bound), and for an ideal one why it states no
+        # interval either.
+        why, *interval = answer["warnings"]
         assert why.startswith("expected_error_pct prefill is null")
         assert answer["expected_error_pct"] == {"prefill": None}
+        ideal = "efficiency" in extra
+        assert (answer["error_interval_pct"]["prefill"] is None) == ideal
+        assert [w.startswith("error_interval_pct prefill is null") for w in interval] == (
+            [True] if ideal else []
+        )
 
 
 def test_an_engine_without_a_profile_here_or_on_a_relative_is_timed_by_the_roofline(

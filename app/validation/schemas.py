@@ -1,0 +1,34 @@
+"""What answers say of their own uncertainty, from the validation record."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ErrorInterval"]
+
+
+class ErrorInterval(BaseModel):
+    """Where measured figures of published serving runs of this answer's kind lay, in percent
+    of the answer (negative: the run was faster than the answer). A figure of a new run is
+    expected within it about as often as `held_out_coverage` says: the share of published
+    comparisons that fell inside the interval their kind stated when their own source was left
+    out of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    low_pct: float = Field(description="Lower end, percent of the answer's figure.")
+    high_pct: float = Field(description="Upper end, percent of the answer's figure.")
+    n: int = Field(description="Published comparisons the interval is the range of.")
+    sources: int = Field(description="Distinct sources (publications) among them.")
+    held_out_coverage: float | None = Field(
+        description=(
+            "Share of comparisons of this kind inside the interval stated without their own "
+            "source; null where none could be checked."
+        )
+    )
+    of: str = Field(
+        description=(
+            "Which comparisons: the answer's own kind (family, engine, basis, regime, metric) "
+            "or the coarser kind it fell back to (family and metric, or the metric)."
+        )
+    )

@@ -1,0 +1,83 @@
+"""Every estimate answer states `error_interval_pct`: where published serving runs of its kind
+measured the figure, in percent of the answer, from the shipped validation record; or null
+with the reason in `warnings`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+RECORD = json.loads((Path(__file__).parents[2] / "app/validation/data/record.json").read_text())
+
+
+def _level(family: str | None, metric: str) -> dict[str, Any]:
+    return next(
+        level
+        for level in RECORD["levels"]
+        if level["family"] == family and level["metric"] == metric
+    )
+
+
+def test_a_prefill_states_the_interval_of_dense_ttft(client: TestClient) -> None:
+    """Llama-3.1-8B on an H100 under vLLM (its default profile), one prompt: no published run
+    of that exact kind with four sources, so the dense family's TTFT: the range of 27
+    comparisons of 4 sources, -40.8 % to +94.9 % of the answer, all held-out comparisons of that
+    family inside."""
+    body = {"model": "llama-3.1-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 2048}
+    answer = client.post("/v1/estimates/prefill", json=body).json()
+    interval = answer["error_interval_pct"]["prefill"]
+    level = _level("dense", "ttft_ms")
+    assert [interval["low_pct"], interval["high_pct"]] == level["interval_pct"] == [-40.8, 94.9]
+    assert interval["n"] == level["n"] == 27
+    assert interval["sources"] == 4
+    assert interval["held_out_coverage"] == level["held_out_coverage"]
+    assert interval["of"] == "dense ttft_ms"
+    assert not any("error_interval_pct" in w for w in answer.get("warnings", []))
+
+
+def test_a_decode_under_load_falls_back_to_the_metric(client: TestClient) -> None:
+    """DeepSeek-V3 on H200s under SGLang, 32 sequences: its kind (MLA, SGLang, measured tables,
+    under load, TPOT) holds the four InferenceX runs, one source, and MLA's TPOT two sources:
+    too few for an interval, so every family's TPOT: 31 comparisons of 7 sources, -20.7 % to
+    +67.6 %."""
+    body = {
+        "model": "deepseek-v3",
+        "gpu": "h200-sxm-141gb",
+        "engine": "sglang",
+        "tp": 8,
+        "batch_size": 32,
+        "context_tokens": 2048,
+    }
+    answer = client.post("/v1/estimates/decode", json=body).json()
+    interval = answer["error_interval_pct"]["decode"]
+    assert interval["of"] == "mla sglang measured under load tpot_ms (metric)"
+    level = _level(None, "tpot_ms")
+    assert [interval["low_pct"], interval["high_pct"]] == level["interval_pct"]
+    # The coverage stated is of this kind's own comparisons: all four InferenceX runs fell
+    # inside the interval computed without their source.
+    cell = next(
+        c
+        for c in RECORD["cells"]
+        if (c["family"], c["engine"], c["basis"], c["regime"], c["metric"])
+        == ("mla", "sglang", "measured", "under load", "tpot_ms")
+    )
+    assert cell["sources"] == 1 and cell["interval_from"] == "metric"
+    assert interval["held_out_coverage"] == cell["held_out_coverage"] == 1.0
+
+
+def test_a_request_states_both_phases_and_ideal_states_none(client: TestClient) -> None:
+    base = {"model": "llama-3.1-8b", "gpu": "h100-sxm5-80gb", "prompt_tokens": 512}
+    answer = client.post(
+        "/v1/estimates/request", json={**base, "output_tokens": 128, "batch_size": 4}
+    ).json()
+    assert set(answer["error_interval_pct"]) == {"prefill", "decode"}
+    assert all(v is not None for v in answer["error_interval_pct"].values())
+    ideal = client.post("/v1/estimates/prefill", json={**base, "efficiency": "ideal"}).json()
+    assert ideal["error_interval_pct"] == {"prefill": None}
+    assert any(
+        w.startswith("error_interval_pct prefill is null: an ideal-efficiency answer")
+        for w in ideal["warnings"]
+    )
