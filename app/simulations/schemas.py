@@ -29,7 +29,8 @@ from app.simulations.service import (
 )
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
-from app.targets.service import SIMULATED_METRICS
+from app.targets.service import SIMULATED_METRICS, SIMULATED_RECORD_METRICS, simulated_regime
+from app.validation.schemas import ErrorInterval
 from app.web.schemas import Input, Lax, Output
 
 __all__ = [
@@ -655,6 +656,15 @@ class SimulationResponse(BaseModel):
         "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
+    error_interval_pct: dict[str, ErrorInterval | None] = Field(
+        default_factory=dict,
+        description=(
+            "By metric (`ttft`, `tpot`), where published serving runs of this answer's kind "
+            "(architecture family, engine, what timed it, load) measured the figure, in percent "
+            "of the answer, from Ridgeline's validation record of published runs. Null, with "
+            "the reason in `warnings`, for ideal and custom efficiencies."
+        ),
+    )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."
     )
@@ -844,6 +854,15 @@ class SweepResponse(BaseModel):
         "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
+    error_interval_pct: dict[str, ErrorInterval | None] = Field(
+        default_factory=dict,
+        description=(
+            "By metric (`ttft`, `tpot`), where published serving runs of this answer's kind "
+            "(architecture family, engine, what timed it, load) measured the figure, in percent "
+            "of the answer, from Ridgeline's validation record of published runs. Null, with "
+            "the reason in `warnings`, for ideal and custom efficiencies."
+        ),
+    )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."
     )
@@ -887,6 +906,10 @@ class SweepResponse(BaseModel):
             if point.within_slo
         ]
         errors, unknown = run.resolved.error_statement(SIMULATED_METRICS)
+        saturated = any(simulated.result.saturated for _, _, simulated in loads)
+        intervals, unbounded = run.resolved.error_intervals(
+            SIMULATED_RECORD_METRICS, simulated_regime(saturated)
+        )
         return cls(
             target=TargetEcho.model_validate(run.resolved.echo(), from_attributes=True),
             scheduler=SchedulerUsed.model_validate(run.scheduler, from_attributes=True),
@@ -897,5 +920,11 @@ class SweepResponse(BaseModel):
             max_load_within_slo=max(passing) if passing else None,
             points=points,
             expected_error_pct=errors,
-            warnings=[*run.resolved.warnings, *unknown],
+            error_interval_pct={
+                metric: None
+                if interval is None
+                else ErrorInterval.model_validate(interval, from_attributes=True)
+                for metric, interval in intervals.items()
+            },
+            warnings=[*run.resolved.warnings, *unknown, *unbounded],
         )

@@ -63,11 +63,14 @@ from app.engine.workload import (
 from app.errors import InvalidInput, invalid_spec, spec_errors
 from app.targets.service import (
     SIMULATED_METRICS,
+    SIMULATED_RECORD_METRICS,
     Target,
     TargetEcho,
     TargetQuery,
     resolve_target,
+    simulated_regime,
 )
+from app.validation.record import StatedInterval
 
 __all__ = [
     "ANONYMOUS_BUDGET",
@@ -129,9 +132,17 @@ class SimulationRun:
         return self.resolved.error_statement(SIMULATED_METRICS)[0]
 
     @property
+    def error_interval_pct(self) -> dict[str, StatedInterval | None]:
+        return self._intervals()[0]
+
+    def _intervals(self) -> tuple[dict[str, StatedInterval | None], tuple[str, ...]]:
+        regime = simulated_regime(self.result.saturated)
+        return self.resolved.error_intervals(SIMULATED_RECORD_METRICS, regime)
+
+    @property
     def warnings(self) -> list[str]:
         unknown = self.resolved.error_statement(SIMULATED_METRICS)[1]
-        return [*self.resolved.warnings, *unknown]
+        return [*self.resolved.warnings, *unknown, *self._intervals()[1]]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.result, name)

@@ -35,6 +35,7 @@ __all__ = [
     "INLINE",
     "PHASE_METRICS",
     "SIMULATED_METRICS",
+    "SIMULATED_RECORD_METRICS",
     "EfficiencyMode",
     "Layout",
     "Target",
@@ -47,6 +48,7 @@ __all__ = [
     "resolve_model",
     "resolve_target",
     "simulated_error",
+    "simulated_regime",
 ]
 
 INLINE = "inline"
@@ -272,6 +274,15 @@ SIMULATED_METRICS = {"ttft": "prefill", "tpot": "decode"}
 
 PHASE_METRICS = {"prefill": "ttft_ms", "decode": "tpot_ms"}
 """An estimate's phases and the published metric the validation record judges each by."""
+
+SIMULATED_RECORD_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms"}
+"""A simulation's metrics and the published metric the validation record judges each by."""
+
+
+def simulated_regime(saturated: bool) -> str:
+    """The regime of a simulated load, as the validation record groups answers: a run whose
+    backlog grows without bound is saturated, any other under load."""
+    return "saturated" if saturated else "under load"
 
 
 def error_statement(

@@ -81,3 +81,40 @@ def test_a_request_states_both_phases_and_ideal_states_none(client: TestClient) 
         w.startswith("error_interval_pct prefill is null: an ideal-efficiency answer")
         for w in ideal["warnings"]
     )
+
+
+SIMULATION: dict[str, Any] = {
+    "model": "llama-3-8b",
+    "gpu": "h100-sxm5-80gb",
+    "engine": "roofline",
+    "workload": {
+        "num_requests": 200,
+        "prompt_tokens": {"p50": 1024, "p90": 1024, "p99": 1024},
+        "output_tokens": {"p50": 128, "p90": 128, "p99": 128},
+    },
+}
+
+
+def test_simulations_and_sweeps_state_intervals_by_metric(client: TestClient) -> None:
+    """A simulation of Llama-3-8B timed by the roofline under load, and a sweep over loads up to
+    saturation: each states TTFT's and TPOT's interval; a saturated load has no published run
+    of its kind, so the dense family's TTFT and every family's TPOT."""
+    answer = client.post(
+        "/v1/simulations",
+        json=SIMULATION | {"workload": SIMULATION["workload"] | {"requests_per_s": 2}},
+    )
+    assert answer.status_code == 200, answer.text
+    intervals = answer.json()["error_interval_pct"]
+    assert set(intervals) == {"ttft", "tpot"}
+    assert [intervals["ttft"]["low_pct"], intervals["ttft"]["high_pct"]] == _level(
+        "dense", "ttft_ms"
+    )["interval_pct"]
+    assert [intervals["tpot"]["low_pct"], intervals["tpot"]["high_pct"]] == _level(None, "tpot_ms")[
+        "interval_pct"
+    ]
+    sweep = client.post(
+        "/v1/simulations/sweeps", json=SIMULATION | {"requests_per_s": [1, 400]}
+    ).json()
+    assert sweep["points"][-1]["saturated"] is True
+    assert sweep["error_interval_pct"]["ttft"]["of"] == "dense ttft_ms"
+    assert sweep["error_interval_pct"]["tpot"]["of"] == "tpot_ms"
