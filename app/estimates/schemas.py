@@ -26,7 +26,7 @@ from app.targets.schemas import (
     model_query,
 )
 from app.targets.service import TargetQuery
-from app.validation.schemas import ErrorInterval
+from app.validation.schemas import ErrorInterval, error_intervals_field
 from app.web.schemas import CATALOG_REF, MAX_TOKENS, Input, MemoryShare, SloMs, Tokens
 
 _MAX_CURVE_POINTS = 1000
@@ -135,15 +135,8 @@ class EstimateResponse(BaseModel):
             "custom efficiencies."
         )
     )
-    error_interval_pct: dict[str, ErrorInterval | None] = Field(
-        default_factory=dict,
-        description=(
-            "By phase (`prefill`: its TTFT; `decode`: its time per output token), where "
-            "published serving runs of this answer's kind (architecture family, engine, what "
-            "timed it, load) measured the figure, in percent of the answer, from Ridgeline's "
-            "validation record of published runs. Null, with the reason in "
-            "`warnings`, for ideal and custom efficiencies and metrics no run measured."
-        ),
+    error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
+        "phase (`prefill`: its TTFT; `decode`: its time per output token)"
     )
     warnings: list[str] = Field(description="Allowed but unwise inputs, and what they cost.")
 

@@ -30,7 +30,7 @@ from app.simulations.service import (
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
 from app.targets.service import SIMULATED_METRICS, SIMULATED_RECORD_METRICS, simulated_regime
-from app.validation.schemas import ErrorInterval
+from app.validation.schemas import ErrorInterval, error_intervals_field
 from app.web.schemas import Input, Lax, Output
 
 __all__ = [
@@ -656,14 +656,8 @@ class SimulationResponse(BaseModel):
         "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
-    error_interval_pct: dict[str, ErrorInterval | None] = Field(
-        default_factory=dict,
-        description=(
-            "By metric (`ttft`, `tpot`), where published serving runs of this answer's kind "
-            "(architecture family, engine, what timed it, load) measured the figure, in percent "
-            "of the answer, from Ridgeline's validation record of published runs. Null, with "
-            "the reason in `warnings`, for ideal and custom efficiencies."
-        ),
+    error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
+        "metric (`ttft`, `tpot`)"
     )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."
@@ -854,14 +848,8 @@ class SweepResponse(BaseModel):
         "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
-    error_interval_pct: dict[str, ErrorInterval | None] = Field(
-        default_factory=dict,
-        description=(
-            "By metric (`ttft`, `tpot`), where published serving runs of this answer's kind "
-            "(architecture family, engine, what timed it, load) measured the figure, in percent "
-            "of the answer, from Ridgeline's validation record of published runs. Null, with "
-            "the reason in `warnings`, for ideal and custom efficiencies."
-        ),
+    error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
+        "metric (`ttft`, `tpot`)"
     )
     warnings: list[str] = Field(
         description="What to read the answer with (an engine whose steps the roofline timed)."

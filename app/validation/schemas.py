@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ErrorInterval"]
+__all__ = ["ErrorInterval", "error_intervals_field"]
 
 
 class ErrorInterval(BaseModel):
@@ -31,4 +33,19 @@ class ErrorInterval(BaseModel):
             "Which comparisons: the answer's own kind (family, engine, basis, regime, metric) "
             "or the coarser kind it fell back to (family and metric, or the metric)."
         )
+    )
+
+
+def error_intervals_field(keys: str) -> Any:
+    """The `error_interval_pct` field of an answer whose figures are keyed by `keys` (a
+    sentence fragment naming them)."""
+    return Field(
+        default_factory=dict,
+        description=(
+            f"By {keys}, where published serving runs of this answer's kind (architecture "
+            "family, engine, what timed it, load) measured the figure, in percent of the "
+            "answer, from Ridgeline's validation record of published runs. Null, with the "
+            "reason in `warnings`, for ideal and custom efficiencies and metrics no run "
+            "measured."
+        ),
     )
