@@ -12,6 +12,7 @@ from app.engine.serving import ENGINE_PATTERN
 from app.plans.schemas import Slo
 from app.simulations.schemas import LengthDistribution
 from app.targets.schemas import ENGINE_DESCRIPTION, Format
+from app.validation.schemas import ErrorInterval, error_intervals_field
 from app.web.schemas import CATALOG_REF, Input
 
 __all__ = ["CapacityPredicted", "CapacityRequest", "CapacityResponse"]
@@ -163,6 +164,9 @@ class CapacityResponse(BaseModel):
         description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
         "phase it comes from: how far to trust the figures. Null, with the reason in "
         "`warnings`, where none is known."
+    )
+    error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
+        "metric (`ttft`, `tpot`) of `predicted`"
     )
     warnings: list[str] = Field(
         default_factory=list, description="What the answer should be read with."

@@ -32,7 +32,17 @@ from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
 from app.errors import spec_errors
 from app.simulations.service import length_distribution
 from app.targets.schemas import engine_query, model_query
-from app.targets.service import EfficiencyMode, resolve_formats, resolve_model, simulated_error
+from app.targets.service import (
+    SIMULATED_RECORD_METRICS,
+    EfficiencyMode,
+    error_intervals,
+    resolve_formats,
+    resolve_model,
+    simulated_error,
+    simulated_regime,
+)
+from app.validation.record import basis_kind_of, family_of
+from app.validation.schemas import error_interval_models
 
 __all__ = [
     "METRICS",
@@ -229,6 +239,9 @@ def answer(
         residuals=found.residual_pct,
         basis=found.basis,
     )
+    regime = simulated_regime(outcome.saturated)
+    kind = (family_of(resolved.model), str(resolved.choice.engine.name), basis_kind_of(found.basis))
+    intervals, unbounded = error_intervals(mode, (*kind, regime), SIMULATED_RECORD_METRICS)
     return CapacityResponse(
         deployment=resolved.name,
         requests_per_s_per_replica=found.requests_per_s,
@@ -251,7 +264,8 @@ def answer(
         max_num_seqs=found.max_num_seqs,
         chunk_tokens=found.chunk_tokens,
         expected_error_pct=errors,
-        warnings=[*resolved.choice.warnings, *unknown],
+        error_interval_pct=error_interval_models(intervals),
+        warnings=[*resolved.choice.warnings, *unknown, *unbounded],
         probe_requests=found.probe_requests,
         simulations=found.simulations,
         cached=cached,

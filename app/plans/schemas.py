@@ -24,6 +24,7 @@ from app.simulations.schemas import MAX_REQUESTS, KvLinkSettings, LengthDistribu
 from app.simulations.service import MIN_REQUESTS_PER_S
 from app.targets.schemas import ENGINE_DESCRIPTION, Format, engine_query, model_query
 from app.targets.service import EfficiencyMode
+from app.validation.schemas import ErrorInterval, error_intervals_field
 from app.web.schemas import CATALOG_REF, ENTRY_ID, Input, Page
 
 __all__ = [
@@ -391,6 +392,9 @@ class CandidateRead(LayoutRead):
         description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
         "phase it comes from: how far to trust `predicted`. Null, with the reason in "
         "`warnings`, where none is known (empty in plans stored before answers stated it).",
+    )
+    error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
+        "metric (`ttft`, `tpot`) of `predicted` (empty in plans stored before answers stated it)"
     )
     warnings: list[str] = Field(
         default_factory=list,

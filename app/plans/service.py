@@ -51,7 +51,15 @@ from app.simulations.service import (
     length_distribution,
     trace_from_rows,
 )
-from app.targets.service import EfficiencyMode, resolve_model, simulated_error
+from app.targets.service import (
+    SIMULATED_RECORD_METRICS,
+    EfficiencyMode,
+    error_intervals,
+    resolve_model,
+    simulated_error,
+)
+from app.validation.record import basis_kind_of, family_of
+from app.validation.schemas import ErrorInterval
 
 __all__ = [
     "MAX_TRAFFIC_REQUESTS_PER_S",
@@ -366,9 +374,15 @@ def _candidate(candidate: CandidatePlan, job: PlanJob) -> dict[str, Any]:
         residuals=profile.residual_pct if profile is not None else None,
         basis=candidate.basis,
     )
+    kind = (family_of(job.model), str(offer.engine.name), basis_kind_of(candidate.basis))
+    intervals, unbounded = error_intervals(mode, (*kind, "under load"), SIMULATED_RECORD_METRICS)
     read = _read(CandidateRead, candidate)
     read["expected_error_pct"] = errors
-    read["warnings"] = [*read["warnings"], *unknown]
+    read["error_interval_pct"] = {
+        metric: None if interval is None else _read(ErrorInterval, interval)
+        for metric, interval in intervals.items()
+    }
+    read["warnings"] = [*read["warnings"], *unknown, *unbounded]
     return read
 
 

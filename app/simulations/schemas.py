@@ -30,7 +30,7 @@ from app.simulations.service import (
 from app.simulations.sweeps import CHOSEN_SPAN, MAX_SWEEP_POINTS, SweepAxis, SweepQuery, SweepRun
 from app.targets.schemas import TargetEcho, TargetRequest
 from app.targets.service import SIMULATED_METRICS, SIMULATED_RECORD_METRICS, simulated_regime
-from app.validation.schemas import ErrorInterval, error_intervals_field
+from app.validation.schemas import ErrorInterval, error_interval_models, error_intervals_field
 from app.web.schemas import Input, Lax, Output
 
 __all__ = [
@@ -908,11 +908,6 @@ class SweepResponse(BaseModel):
             max_load_within_slo=max(passing) if passing else None,
             points=points,
             expected_error_pct=errors,
-            error_interval_pct={
-                metric: None
-                if interval is None
-                else ErrorInterval.model_validate(interval, from_attributes=True)
-                for metric, interval in intervals.items()
-            },
+            error_interval_pct=error_interval_models(intervals),
             warnings=[*run.resolved.warnings, *unknown, *unbounded],
         )

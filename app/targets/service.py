@@ -41,6 +41,7 @@ __all__ = [
     "Target",
     "TargetEcho",
     "TargetQuery",
+    "error_intervals",
     "error_statement",
     "expected_errors",
     "resolve_formats",
@@ -243,30 +244,9 @@ class Target:
     def error_intervals(
         self, metrics: Mapping[str, str], regime: str
     ) -> tuple[dict[str, StatedInterval | None], tuple[str, ...]]:
-        """Where measured figures of published runs of this answer's kind lay, in percent of
-        the answer, for each of `metrics` (an answer's key to the record's metric: `ttft_ms`,
-        `tpot_ms`), in the `regime` of its load (`app.validation.record`); None, with one
-        warning saying why, for an ideal or custom efficiency (no run validates them) and a
-        metric no published run measured."""
-        if self.efficiency_mode is not EfficiencyMode.CALIBRATED:
-            why = (
-                "an ideal-efficiency answer is a lower bound, not a prediction"
-                if self.efficiency_mode is EfficiencyMode.IDEAL
-                else "the efficiencies the request gives were not validated against runs"
-            )
-            names = " and ".join(metrics)
-            return dict.fromkeys(metrics), (f"error_interval_pct {names} is null: {why}",)
-        record = shipped_record()
+        """This target's `error_intervals` for `metrics` in `regime`."""
         kind = (family_of(self.model), str(self.engine.name), basis_kind(self.cost), regime)
-        stated = {key: record.interval(*kind, metric) for key, metric in metrics.items()}
-        unknown = [key for key, interval in stated.items() if interval is None]
-        if not unknown:
-            return stated, ()
-        names = " and ".join(unknown)
-        return stated, (
-            f"error_interval_pct {names} is null: no published run in the validation set "
-            "measured it",
-        )
+        return error_intervals(self.efficiency_mode, kind, metrics)
 
 
 SIMULATED_METRICS = {"ttft": "prefill", "tpot": "decode"}
@@ -283,6 +263,34 @@ def simulated_regime(saturated: bool) -> str:
     """The regime of a simulated load, as the validation record groups answers: a run whose
     backlog grows without bound is saturated, any other under load."""
     return "saturated" if saturated else "under load"
+
+
+def error_intervals(
+    mode: EfficiencyMode, kind: tuple[str, str, str, str], metrics: Mapping[str, str]
+) -> tuple[dict[str, StatedInterval | None], tuple[str, ...]]:
+    """Where measured figures of published runs of an answer's `kind` (architecture family,
+    engine, basis, regime: `app.validation.record`) lay, in percent of the answer, for each of
+    `metrics` (an answer's key to the record's metric: `ttft_ms`, `tpot_ms`); None, with one
+    warning saying why, for an ideal or custom efficiency (no run validates them) and a metric
+    no published run measured. Every estimate, simulation, capacity and plan answer states its
+    interval this one way."""
+    if mode is not EfficiencyMode.CALIBRATED:
+        why = (
+            "an ideal-efficiency answer is a lower bound, not a prediction"
+            if mode is EfficiencyMode.IDEAL
+            else "the efficiencies the request gives were not validated against runs"
+        )
+        names = " and ".join(metrics)
+        return dict.fromkeys(metrics), (f"error_interval_pct {names} is null: {why}",)
+    record = shipped_record()
+    stated = {key: record.interval(*kind, metric) for key, metric in metrics.items()}
+    unknown = [key for key, interval in stated.items() if interval is None]
+    if not unknown:
+        return stated, ()
+    names = " and ".join(unknown)
+    return stated, (
+        f"error_interval_pct {names} is null: no published run in the validation set measured it",
+    )
 
 
 def error_statement(

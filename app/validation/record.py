@@ -44,6 +44,7 @@ __all__ = [
     "Record",
     "StatedInterval",
     "basis_kind",
+    "basis_kind_of",
     "cells",
     "coverage",
     "document",
@@ -365,10 +366,18 @@ def basis_kind(cost: StepCostModel) -> str:
     scaled, partly measured, or the roofline."""
     if not isinstance(cost, ProfiledStepCost):
         return "roofline"
-    if cost.measured_on is not None:
+    return basis_kind_of(cost.basis)
+
+
+def basis_kind_of(basis: Mapping[str, str]) -> str:
+    """`basis_kind` of an answer's `target.basis` (its label per op family)."""
+    labels = basis.values()
+    if any(" scaled to " in label for label in labels):
         return "scaled"
-    labels = cost.basis.values()
-    return "measured" if not any(v.startswith("roofline") for v in labels) else "partly measured"
+    roofline = [label.startswith("roofline") for label in labels]
+    if all(roofline):
+        return "roofline"
+    return "partly measured" if any(roofline) else "measured"
 
 
 NEAR_CAPACITY = 0.8

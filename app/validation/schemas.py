@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ErrorInterval", "error_intervals_field"]
+__all__ = ["ErrorInterval", "error_interval_models", "error_intervals_field"]
 
 
 class ErrorInterval(BaseModel):
@@ -49,3 +50,15 @@ def error_intervals_field(keys: str) -> Any:
             "measured."
         ),
     )
+
+
+def error_interval_models(
+    intervals: Mapping[str, object | None],
+) -> dict[str, ErrorInterval | None]:
+    """An answer's `error_interval_pct` from its stated intervals (read by attribute)."""
+    return {
+        key: None
+        if interval is None
+        else ErrorInterval.model_validate(interval, from_attributes=True)
+        for key, interval in intervals.items()
+    }

@@ -118,3 +118,28 @@ def test_simulations_and_sweeps_state_intervals_by_metric(client: TestClient) ->
     assert sweep["points"][-1]["saturated"] is True
     assert sweep["error_interval_pct"]["ttft"]["of"] == "dense ttft_ms"
     assert sweep["error_interval_pct"]["tpot"]["of"] == "tpot_ms"
+
+
+def test_capacity_and_plan_candidates_state_intervals(client: TestClient) -> None:
+    """A replica's capacity for Llama-3-8B on an H100 and a plan's candidates each state TTFT's
+    and TPOT's interval of `predicted`, as a simulation of the same kind would."""
+    from tests.api.test_capacity import CAPACITY  # noqa: PLC0415
+    from tests.api.test_plans import post_plan  # noqa: PLC0415
+
+    capacity = client.post("/v1/capacity", json=CAPACITY)
+    assert capacity.status_code == 200, capacity.text
+    intervals = capacity.json()["error_interval_pct"]
+    # Timed by the H100's vLLM profile, under load: its kind's cell, whose interval is the dense
+    # family's TTFT.
+    assert intervals["ttft"]["of"] == "dense vllm measured under load ttft_ms (family x metric)"
+    assert [intervals["ttft"]["low_pct"], intervals["ttft"]["high_pct"]] == _level(
+        "dense", "ttft_ms"
+    )["interval_pct"]
+    assert [intervals["tpot"]["low_pct"], intervals["tpot"]["high_pct"]] == _level(None, "tpot_ms")[
+        "interval_pct"
+    ]
+    plan = post_plan(client, full=True)
+    candidate = plan["plans"][0]
+    assert candidate["status"] == "planned"
+    assert candidate["error_interval_pct"]["ttft"]["n"] == _level("dense", "ttft_ms")["n"]
+    assert candidate["error_interval_pct"]["tpot"]["n"] == _level(None, "tpot_ms")["n"]
