@@ -52,9 +52,10 @@ def test_storage_formats_are_the_engines() -> None:
 def test_plan_answers_read_the_planners_results() -> None:
     """Stored plans are `CandidateRead` read from `CandidatePlan` by attribute: every field of
     the answer is an attribute of the result (`feasible` is a property), but the error statement
-    the plans service adds from the catalog (`app.plans.service._candidate`)."""
+    and interval the plans service adds from the catalog and the validation record
+    (`app.plans.service._candidate`)."""
     for schema, result, added in (
-        (CandidateRead, CandidatePlan, {"expected_error_pct"}),
+        (CandidateRead, CandidatePlan, {"expected_error_pct", "error_interval_pct"}),
         (DisaggregatedRead, DisaggregatedPlan, set()),
         (PredictedRead, PredictedLatency, set()),
     ):
