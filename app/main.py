@@ -31,6 +31,7 @@ from app.runs.validation import watch as watch_expected_errors
 from app.serving_runs import endpoints as serving_runs
 from app.settings import Settings, get_settings
 from app.simulations import endpoints as simulations
+from app.validation import endpoints as validation
 from app.web import health
 from app.web.dispatch import install_static_dispatch
 from app.web.docs_ui import install_docs
@@ -161,6 +162,7 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
         capacity.router,
         profiles.router,
         serving_runs.router,
+        validation.router,
     ):
         app.include_router(router)
     install_docs(app)

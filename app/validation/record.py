@@ -234,6 +234,20 @@ def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
         "sources": len({c.source for c in comparisons}),
         "cells": [_cell_fields(cell) for cell in cells(comparisons)],
         "levels": _levels(comparisons),
+        "points": [
+            {
+                "point": c.point,
+                "source": c.source,
+                "family": c.family,
+                "engine": c.engine,
+                "basis": c.basis,
+                "regime": c.regime,
+                "metric": c.metric,
+                "measured": c.measured,
+                "estimated": round(c.estimated, 3),
+            }
+            for c in comparisons
+        ],
     }
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from app.estimates.schemas import PrefillCurveResponse, RooflineResponse
     from app.plans.schemas import PlanRead
     from app.simulations.schemas import SimulationResponse, SweepResponse
+    from app.validation.schemas import ValidationRecord
 
 __all__ = [
     "SVG_MEDIA_TYPE",
@@ -28,6 +29,7 @@ __all__ = [
     "roofline_svg",
     "simulation_svg",
     "sweep_svg",
+    "validation_svg",
     "wants_svg",
 ]
 
@@ -332,4 +334,50 @@ def plan_svg(answer: PlanRead) -> str:
         fontsize=10,
     )
     axes.grid(True, alpha=0.25)
+    return _svg(figure)
+
+
+_FAMILY_COLOURS = {"dense": "#1f4e79", "moe": "#b9770e", "mla": "#c0392b", "gpt-oss": "#1e8449"}
+_METRIC_MARKERS = {"ttft_ms": "o", "tpot_ms": "s", "e2e_ms": "^"}
+
+
+def validation_svg(record: ValidationRecord) -> str:
+    """Every published figure against Ridgeline's answer for its run, log-log: a colour per
+    architecture family, a marker per metric, the diagonal where they agree and the band within
+    25 % of it."""
+    figure, axes = _figure(height=6.0)
+    values = [v for p in record.points for v in (p.measured, p.estimated)]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    axes.plot([low, high], [low, high], color="#555555", linewidth=1)
+    axes.fill_between(
+        [low, high], [low * 0.75, high * 0.75], [low * 1.25, high * 1.25], color="#dddddd"
+    )
+    for family, colour in _FAMILY_COLOURS.items():
+        for metric, marker in _METRIC_MARKERS.items():
+            chosen = [p for p in record.points if p.family == family and p.metric == metric]
+            if chosen:
+                axes.scatter(
+                    [p.measured for p in chosen],
+                    [p.estimated for p in chosen],
+                    color=colour,
+                    marker=marker,
+                    s=30,
+                    zorder=3,
+                    label=f"{family} {metric.removesuffix('_ms').upper()} ({len(chosen)})",
+                )
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlim(low, high)
+    axes.set_ylim(low, high)
+    axes.set_xlabel("measured in the published run (ms)")
+    axes.set_ylabel("Ridgeline's answer (ms)")
+    coverage = record.held_out_coverage
+    inside = "" if coverage is None else f"; {100 * coverage:.0f} % inside their interval held out"
+    axes.set_title(
+        f"Ridgeline against {record.comparisons} published figures of {record.sources} "
+        f"sources{inside}",
+        fontsize=10,
+    )
+    axes.legend(fontsize=7, loc="upper left")
+    axes.grid(True, alpha=0.25, which="both")
     return _svg(figure)

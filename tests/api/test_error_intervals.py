@@ -143,3 +143,24 @@ def test_capacity_and_plan_candidates_state_intervals(client: TestClient) -> Non
     assert candidate["status"] == "planned"
     assert candidate["error_interval_pct"]["ttft"]["n"] == _level("dense", "ttft_ms")["n"]
     assert candidate["error_interval_pct"]["tpot"]["n"] == _level(None, "tpot_ms")["n"]
+
+
+def test_the_record_is_browsable_with_its_sources_and_drawn(client: TestClient) -> None:
+    """GET /v1/validation: the shipped record (kinds, fallback levels, every comparison with
+    its source URL); on `Accept: image/svg+xml` the predicted-against-measured chart."""
+    answer = client.get("/v1/validation")
+    assert answer.status_code == 200
+    record = answer.json()
+    assert record["comparisons"] == len(record["points"]) == RECORD["comparisons"]
+    assert record["held_out_coverage"] == RECORD["held_out_coverage"]
+    assert {p["source"] for p in record["points"]} >= {
+        "https://github.com/SemiAnalysisAI/InferenceX/issues/870"
+    }
+    assert len({p["source"] for p in record["points"]}) == record["sources"]
+    inferencex = [p for p in record["points"] if p["point"].startswith("inferencex-")]
+    assert [p["measured"] for p in inferencex] == [12.8, 17.2, 25.6, 34.6]
+    chart = client.get("/v1/validation", headers={"Accept": "image/svg+xml"})
+    assert chart.status_code == 200
+    assert chart.headers["content-type"].startswith("image/svg+xml")
+    assert "<svg" in chart.text and "published figures of" in chart.text
+    assert "mla TPOT" in chart.text

@@ -248,3 +248,20 @@ def test_a_plan_chart_renders_in_the_browser(
     assert box is not None and box["width"] > 600
     for words in ("cheapest", "TTFT p99 SLO 1000 ms", "cost (USD per hour)"):
         assert words in _texts(boxes), words
+
+
+@pytest.mark.slow
+def test_the_validation_chart_draws_every_family_with_no_text_over_another(
+    server: str, browser: object, offline_page: OfflinePage, tmp_path: Path
+) -> None:
+    """GET /v1/validation as a chart: predicted against measured, each family and metric in
+    the legend, the title naming the comparisons and sources, no label over another."""
+    answer = httpx.get(f"{server}/v1/validation", headers=SVG, timeout=60)
+    assert answer.status_code == 200, answer.text
+    page, boxes = _drawn(browser, offline_page, server, answer.text, "validation", tmp_path)
+    box = page.locator("svg").first.bounding_box()  # type: ignore[attr-defined]
+    assert box is not None and box["width"] > 600 and box["height"] > 500
+    texts = _texts(boxes)
+    for word in ("published figures of", "dense TTFT", "mla TPOT", "gpt-oss TPOT", "measured"):
+        assert word in texts, word
+    assert _overlapping(boxes) == []
