@@ -162,7 +162,8 @@ class CapacityResponse(BaseModel):
     chunk_tokens: int = Field(description="The token budget simulated (max_num_batched_tokens).")
     expected_error_pct: dict[str, float | None] = Field(
         description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
-        "phase it comes from: how far to trust the figures. Null, with the reason in "
+        "phase it comes from, never below the mean absolute error published runs of the "
+        "model's family showed: how far to trust the figures. Null, with the reason in "
         "`warnings`, where none is known."
     )
     error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(

@@ -238,6 +238,7 @@ def answer(
         profile_id=ref.id if ref is not None else None,
         residuals=found.residual_pct,
         basis=found.basis,
+        family=family_of(resolved.model),
     )
     regime = simulated_regime(outcome.saturated)
     kind = (family_of(resolved.model), str(resolved.choice.engine.name), basis_kind_of(found.basis))

@@ -130,7 +130,8 @@ class EstimateResponse(BaseModel):
     expected_error_pct: dict[str, float | None] = Field(
         description=(
             "By phase (`prefill`, `decode`), the spread of this GPU's validation residuals "
-            "against stored benchmark runs: how far to trust the figures. Null, with the "
+            "against stored benchmark runs, never below the mean absolute error published "
+            "runs of the model's family showed: how far to trust the figures. Null, with the "
             "reason in `warnings`, where no run exists for the GPU and phase, or for ideal and "
             "custom efficiencies."
         )

@@ -390,7 +390,8 @@ class CandidateRead(LayoutRead):
     expected_error_pct: dict[str, float | None] = Field(
         default_factory=dict,
         description="By metric (`ttft`, `tpot`), the spread of the validation residuals of the "
-        "phase it comes from: how far to trust `predicted`. Null, with the reason in "
+        "phase it comes from, never below the mean absolute error published runs of the "
+        "model's family showed: how far to trust `predicted`. Null, with the reason in "
         "`warnings`, where none is known (empty in plans stored before answers stated it).",
     )
     error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(

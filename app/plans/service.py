@@ -373,6 +373,7 @@ def _candidate(candidate: CandidatePlan, job: PlanJob) -> dict[str, Any]:
         profile_id=profile.id if profile is not None else None,
         residuals=profile.residual_pct if profile is not None else None,
         basis=candidate.basis,
+        family=family_of(job.model),
     )
     kind = (family_of(job.model), str(offer.engine.name), basis_kind_of(candidate.basis))
     intervals, unbounded = error_intervals(mode, (*kind, "under load"), SIMULATED_RECORD_METRICS)

@@ -653,7 +653,8 @@ class SimulationResponse(BaseModel):
     queue: list[QueuePoint] = Field(description="The queue over the run, at most 200 samples.")
     expected_error_pct: dict[str, float | None] = Field(
         description="By metric (`ttft`, `tpot`), the spread of this GPU's validation residuals "
-        "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
+        "of the phase it comes from (prefill, decode), never below the mean absolute error "
+        "published runs of the model's family showed: how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
     error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
@@ -845,7 +846,8 @@ class SweepResponse(BaseModel):
     points: list[SweepPoint] = Field(description="One per load.")
     expected_error_pct: dict[str, float | None] = Field(
         description="By metric (`ttft`, `tpot`), the spread of this GPU's validation residuals "
-        "of the phase it comes from (prefill, decode): how far to trust the figures. Null, "
+        "of the phase it comes from (prefill, decode), never below the mean absolute error "
+        "published runs of the model's family showed: how far to trust the figures. Null, "
         "with the reason in `warnings`, where none is known."
     )
     error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(

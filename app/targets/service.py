@@ -238,7 +238,12 @@ class Target:
         """How far to trust this target's answer (`error_statement`)."""
         profile = self.cost.profile.id if isinstance(self.cost, ProfiledStepCost) else None
         return error_statement(
-            metrics, self.expected_error_pct, self.efficiency_mode, profile, self.gpu_id
+            metrics,
+            self.expected_error_pct,
+            self.efficiency_mode,
+            profile,
+            self.gpu_id,
+            family_of(self.model),
         )
 
     def error_intervals(
@@ -293,20 +298,32 @@ def error_intervals(
     )
 
 
-def error_statement(
+def error_statement(  # noqa: PLR0917 - the statement's inputs, in the order callers hold them
     metrics: Mapping[str, str],
     errors: Mapping[str, float],
     mode: EfficiencyMode,
     profile_id: str | None,
     gpu_id: str,
+    family: str,
 ) -> tuple[dict[str, float | None], tuple[str, ...]]:
     """How far to trust an answer's `metrics`, each mapped to the phase its figure comes from
     (`SIMULATED_METRICS`; an estimate's metrics are its phases): the spread of that phase's
-    validation residuals in `errors`, or None where none is known, and one warning that says
-    why for those (an answer `mode` gives a bound rather than a prediction, a profile
-    `profile_id` without held-out errors, or no benchmark run of `gpu_id`). Every estimate,
-    simulation, capacity and plan answer states its error this one way."""
-    stated = {metric: errors.get(phase) for metric, phase in metrics.items()}
+    validation residuals in `errors`, but never less than the mean absolute error published
+    runs showed for the model's architecture `family` (`Record.validated_error_pct`: a profile's
+    interpolation residual of 5 % says nothing of how far a serving run lands), or None where
+    none is known, and one warning that says why for those (an answer `mode` gives a bound
+    rather than a prediction, a profile `profile_id` without held-out errors, or no benchmark
+    run of `gpu_id`). Every estimate, simulation, capacity and plan answer states its error
+    this one way."""
+    record = shipped_record()
+    stated: dict[str, float | None] = {}
+    for metric, phase in metrics.items():
+        error = errors.get(phase)
+        if error is not None:
+            validated = record.validated_error_pct(family, PHASE_METRICS[phase])
+            if validated is not None and validated > error:
+                error = validated
+        stated[metric] = error
     unknown = [metric for metric, error in stated.items() if error is None]
     if not unknown:
         return stated, ()
@@ -369,13 +386,14 @@ def simulated_error(
     profile_id: str | None,
     residuals: Mapping[str, float] | None,
     basis: Mapping[str, str],
+    family: str,
 ) -> tuple[dict[str, float | None], tuple[str, ...]]:
     """The error statement (`error_statement`) of a simulated answer (`SIMULATED_METRICS`) on
     `gpu_id`, timed in `mode` by the profile `profile_id` (its held-out `residuals`) or, where
-    None, by the roofline (the GPU's validation residuals `gpu_errors`): what capacity answers
-    and plan candidates state."""
+    None, by the roofline (the GPU's validation residuals `gpu_errors`), for a model of the
+    architecture `family`: what capacity answers and plan candidates state."""
     errors = expected_errors(mode, gpu_errors, residuals, basis)
-    return error_statement(SIMULATED_METRICS, errors, mode, profile_id, gpu_id)
+    return error_statement(SIMULATED_METRICS, errors, mode, profile_id, gpu_id, family)
 
 
 def resolve_model(cache: SpecCache, model: str | ModelSpec) -> tuple[ModelSpec, str, int | None]:

@@ -268,6 +268,9 @@ def _levels(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
                     "metric": key[-1],
                     "n": len(members),
                     "sources": len({c.source for c in members}),
+                    "mean_abs_error_pct": round(
+                        sum(abs(c.error_pct) for c in members) / len(members), 1
+                    ),
                     "interval_pct": None if interval is None else [interval.low, interval.high],
                     "held_out_coverage": coverage(
                         [(c, inside) for c, inside in checked if _key(c, level) == key]
@@ -356,6 +359,17 @@ class Record:
                 return StatedInterval(
                     low, high, level["n"], level["sources"], level["held_out_coverage"], of
                 )
+        return None
+
+    def validated_error_pct(self, family: str, metric: str) -> float | None:
+        """The mean absolute error published runs showed for a family's `metric` (from at
+        least `MIN_SOURCES` sources), else for the metric across families; None where no run
+        measured it: the least error an answer of that family may claim."""
+        for key in ((family, metric), (None, metric)):
+            level = self.levels.get(key)
+            if level is not None and level["sources"] >= MIN_SOURCES:
+                found: float = level["mean_abs_error_pct"]
+                return found
         return None
 
 
