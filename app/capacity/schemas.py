@@ -115,6 +115,38 @@ class CapacityRequest(Input):
         description="Requests per simulation probe, as the planner's `probe_requests`.",
     )
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of the probes' requests.")
+    confidence: float = Field(
+        default=0.9,
+        ge=0.5,
+        le=0.99,
+        description=(
+            "How sure to be that the SLOs hold: the rate (and `replicas_at_confidence`) at which "
+            "they hold if real step times are as much slower than predicted as published runs "
+            "of this kind of answer were at this quantile (`by_confidence`)."
+        ),
+    )
+
+
+class ConfidentCapacity(BaseModel):
+    """What one replica sustains with the SLOs holding at a confidence."""
+
+    confidence: float = Field(description="The share of published runs of this kind covered.")
+    slowdown: float = Field(
+        description=(
+            "Real step times over predicted ones at that quantile of how far published runs "
+            "landed from answers of this kind (the larger of TTFT's and TPOT's)."
+        )
+    )
+    requests_per_s_per_replica: float | None = Field(
+        description=(
+            "R(SLO / slowdown) / slowdown: a replica whose steps all take `slowdown` times as "
+            "long serves a rate as the predicted one serves `slowdown` times it. Null: no load "
+            "meets the SLOs that slow."
+        )
+    )
+    replicas: int | None = Field(
+        description="Replicas the observed rate needs at that rate (null without either)."
+    )
 
 
 class CapacityPredicted(BaseModel):
@@ -147,6 +179,25 @@ class CapacityResponse(BaseModel):
     replicas: int | None = Field(
         description="ceil(observed x (1 + headroom) / requests_per_s_per_replica), at least 1; "
         "null without an observed rate."
+    )
+    requests_per_s_per_replica_range: list[float | None] | None = Field(
+        default=None,
+        description=(
+            "[low, high]: the rate one replica sustains with the SLOs holding at 90 % and at "
+            "10 % confidence (`by_confidence`); null where no published run informs it."
+        ),
+    )
+    confidence: float = Field(default=0.9, description="The confidence asked for.")
+    requests_per_s_per_replica_at_confidence: float | None = Field(
+        default=None, description="The rate at `confidence` (`by_confidence`)."
+    )
+    replicas_at_confidence: int | None = Field(
+        default=None,
+        description="Replicas the observed rate needs at `confidence`; null without one.",
+    )
+    by_confidence: list[ConfidentCapacity] = Field(
+        default_factory=list,
+        description="The rate and replicas at 10 %, 50 %, 90 % and the asked confidence.",
     )
     kv_capacity_tokens: int = Field(description="KV cache of one replica, tokens.")
     engine: str = Field(

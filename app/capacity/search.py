@@ -16,6 +16,12 @@ this answers is one the planner's probe would judge the same way. The search:
 
 The answer is the highest rate probed that met the SLOs: within `relative_tolerance` below the
 boundary the planner's probes see (a verdict monotone in the rate).
+
+At a confidence c, the rate is the one at which the SLOs hold if real step times are k times the
+predicted ones, k being the c-quantile of how far published runs of this kind of answer landed
+from it (`app.validation.record.Record.slowdown`, the larger of TTFT's and TPOT's): a replica
+whose every step takes k times as long serves rate r exactly as the predicted one serves k r,
+every latency k times as long, so it sustains R(SLO / k) / k, R being the search above.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 from app.engine.dtypes import DType
 from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, GpuOffer, PlanOptions, Slo, Traffic
+from app.engine.planning.inputs import TtftBucket
 from app.engine.planning.probes import (
     ProbeOutcome,
     ProbeRunner,
@@ -36,6 +43,7 @@ from app.engine.planning.probes import (
 from app.engine.planning.screening import Candidate, screen
 from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate
 from app.engine.specs import ModelSpec, SpecError
+from app.validation.record import basis_kind_of, family_of, shipped_record
 
 __all__ = [
     "DEFAULT_RELATIVE_TOLERANCE",
@@ -83,6 +91,19 @@ class CapacityQuestion:
     probe_requests: int = 3000
     seed: int = 0
     relative_tolerance: float = DEFAULT_RELATIVE_TOLERANCE
+    confidences: tuple[float, ...] = ()
+    """Confidences to find the rate at, besides the prediction's own (module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfidentRate:
+    """The rate one replica sustains with the SLOs holding at a confidence."""
+
+    confidence: float
+    slowdown: float
+    """How many times the predicted step times real ones may be (the confidence's quantile)."""
+    requests_per_s: float | None
+    """None: the SLOs cannot be met at any load that slow."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +129,8 @@ class CapacityAnswer:
     """What timed each op family (`GpuOffer.basis`)."""
     residual_pct: Mapping[str, float] | None
     """The held-out errors of the profile that timed it, by op family (None: the roofline)."""
+    confident: tuple[ConfidentRate, ...] = ()
+    """The rate at each of the question's confidences that published runs can inform."""
 
 
 def _candidate(question: CapacityQuestion, options: PlanOptions, sample: ProbeSample) -> Candidate:
@@ -168,27 +191,12 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
         slo=question.slo,
         budget=StepBudget(DEFAULT_MAX_SIMULATED_STEPS),
     )
-    floor = bound * LOW_LOAD_FRACTION
-    failing = bound
-    rate = min(candidate.estimate_rps, bound)
-    while True:
-        outcome = runner.run(rate)
-        if outcome.meets:
-            break
-        failing = rate
-        if rate <= floor:
-            raise SpecError(
-                "slo",
-                f"unreachable even at low load: at {rate:.3g} requests/s per replica "
-                f"({LOW_LOAD_FRACTION:.3g} of its analytic capacity): {'; '.join(outcome.misses)}",
-            )
-        rate = max(rate / 2, floor)
-    met, failing = refine_rate(
-        runner,
-        rate,
-        failing,
-        relative_tolerance=question.relative_tolerance,
-        max_probes=_MAX_NARROWING_PROBES,
+    start = min(candidate.estimate_rps, bound)
+    met, failing = _highest_rate(runner, start, bound, question.relative_tolerance)
+    basis = question.offer.basis(candidate.timer)
+    confident = tuple(
+        _confident_rate(question, basis, confidence, runner, start, bound)
+        for confidence in question.confidences
     )
     return CapacityAnswer(
         requests_per_s=met,
@@ -201,8 +209,86 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
         reasons=tuple(candidate.reasons),
         max_num_seqs=candidate.scheduler.max_num_seqs,
         chunk_tokens=candidate.scheduler.max_num_batched_tokens,
-        basis=question.offer.basis(candidate.timer),
+        basis=basis,
         residual_pct=profile.residual_pct if (profile := question.offer.profile) else None,
+        confident=tuple(c for c in confident if c is not None),
+    )
+
+
+def _highest_rate(
+    runner: ProbeRunner, start: float, bound: float, relative_tolerance: float
+) -> tuple[float, float]:
+    """(met, failing): steps 2 and 3 of the search (module docstring) from `start`."""
+    floor = bound * LOW_LOAD_FRACTION
+    failing = bound
+    rate = start
+    while True:
+        outcome = runner.run(rate)
+        if outcome.meets:
+            break
+        failing = rate
+        if rate <= floor:
+            raise SpecError(
+                "slo",
+                f"unreachable even at low load: at {rate:.3g} requests/s per replica "
+                f"({LOW_LOAD_FRACTION:.3g} of its analytic capacity): {'; '.join(outcome.misses)}",
+            )
+        rate = max(rate / 2, floor)
+    return refine_rate(
+        runner,
+        rate,
+        failing,
+        relative_tolerance=relative_tolerance,
+        max_probes=_MAX_NARROWING_PROBES,
+    )
+
+
+def _confident_rate(  # noqa: PLR0917 - the search's state, passed on
+    question: CapacityQuestion,
+    basis: Mapping[str, str],
+    confidence: float,
+    runner: ProbeRunner,
+    start: float,
+    bound: float,
+) -> ConfidentRate | None:
+    """The rate at `confidence` (module docstring): R(SLO / k) / k, with k the larger of the
+    TTFT and TPOT quantiles of answers of this kind under load; None where no published run
+    informs them."""
+    record = shipped_record()
+    kind = (
+        family_of(question.model),
+        str(question.offer.engine.name),
+        basis_kind_of(basis),
+        "under load",
+    )
+    found = [record.slowdown(*kind, m, confidence) for m in ("ttft_ms", "tpot_ms")]
+    factors = [k for k in found if k is not None]
+    if not factors:
+        return None
+    k = max(factors)
+    slowed = ProbeRunner(
+        runner.sample,
+        runner.timer,
+        kv_capacity_tokens=runner.kv_capacity_tokens,
+        block_tokens=runner.block_tokens,
+        scheduler=runner.scheduler,
+        slo=_scaled_slo(question.slo, 1.0 / k),
+        budget=StepBudget(DEFAULT_MAX_SIMULATED_STEPS),
+    )
+    try:
+        met, _ = _highest_rate(slowed, start, bound, question.relative_tolerance)
+    except SpecError:
+        met = None
+    runner.simulations += slowed.simulations
+    return ConfidentRate(confidence, k, None if met is None else met / k)
+
+
+def _scaled_slo(slo: Slo, factor: float) -> Slo:
+    """`slo` with every objective multiplied by `factor`."""
+    return Slo(
+        slo.ttft_p99_ms * factor,
+        slo.tpot_p99_ms * factor,
+        tuple(TtftBucket(b.max_prompt_tokens, b.ttft_p99_ms * factor) for b in slo.ttft_buckets),
     )
 
 

@@ -16,7 +16,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from app.capacity.schemas import CapacityPredicted, CapacityRequest, CapacityResponse
+from app.capacity.schemas import (
+    CapacityPredicted,
+    CapacityRequest,
+    CapacityResponse,
+    ConfidentCapacity,
+)
 from app.capacity.search import (
     CapacityAnswer,
     CapacityQuestion,
@@ -168,7 +173,34 @@ def prepare_question(cache: SpecCache, resolved: ResolvedDeployment) -> Capacity
         slo=slo,
         probe_requests=body.probe_requests,
         seed=body.seed,
+        confidences=tuple(sorted({*RANGE_CONFIDENCES, 0.5, body.confidence})),
     )
+
+
+RANGE_CONFIDENCES = (0.1, 0.9)
+"""The confidences whose rates make an answer's range: the SLOs holding at 10 % and at 90 %."""
+
+
+def _by_confidence(
+    found: CapacityAnswer, observed: float | None, headroom: float
+) -> list[ConfidentCapacity]:
+    """The answer's rates by confidence, with the replicas the observed rate needs at each."""
+    rows = []
+    for row in found.confident:
+        rate = row.requests_per_s
+        replicas = None
+        if observed is not None and rate is not None and rate > 0:
+            with spec_errors():
+                replicas = replicas_for(observed, rate, headroom)
+        rows.append(
+            ConfidentCapacity(
+                confidence=row.confidence,
+                slowdown=round(row.slowdown, 3),
+                requests_per_s_per_replica=rate,
+                replicas=replicas,
+            )
+        )
+    return rows
 
 
 def compute_capacity(question: CapacityQuestion) -> CapacityAnswer:
@@ -243,6 +275,10 @@ def answer(
     regime = simulated_regime(outcome.saturated)
     kind = (family_of(resolved.model), str(resolved.choice.engine.name), basis_kind_of(found.basis))
     intervals, unbounded = error_intervals(mode, (*kind, regime), SIMULATED_RECORD_METRICS)
+    rows = _by_confidence(found, observed, body.headroom)
+    at = {row.confidence: row for row in rows}
+    low, high = (at.get(c) for c in reversed(RANGE_CONFIDENCES))
+    asked = at.get(body.confidence)
     return CapacityResponse(
         deployment=resolved.name,
         requests_per_s_per_replica=found.requests_per_s,
@@ -259,6 +295,17 @@ def answer(
         observed_requests_per_s=observed,
         headroom=body.headroom,
         replicas=replicas,
+        requests_per_s_per_replica_range=(
+            None
+            if low is None or high is None
+            else [low.requests_per_s_per_replica, high.requests_per_s_per_replica]
+        ),
+        confidence=body.confidence,
+        requests_per_s_per_replica_at_confidence=(
+            None if asked is None else asked.requests_per_s_per_replica
+        ),
+        replicas_at_confidence=None if asked is None else asked.replicas,
+        by_confidence=rows,
         kv_capacity_tokens=found.kv_capacity_tokens,
         engine=resolved.engine,
         basis=found.basis,

@@ -141,6 +141,8 @@ class Cell:
     """Which comparisons the interval is of: "cell", "family x metric", "metric", or "none"."""
     held_out_coverage: float | None
     """The share of the cell's comparisons inside the interval computed without their source."""
+    misses: tuple[float, ...] = ()
+    """Its comparisons' misses, sorted (percent of the answer, to 0.1)."""
 
 
 _LEVELS = ("cell", "family x metric", "metric")
@@ -211,6 +213,7 @@ def cells(comparisons: Sequence[Comparison]) -> list[Cell]:
                 interval=interval,
                 interval_from=level,
                 held_out_coverage=coverage(members)[1],
+                misses=tuple(sorted(round(c.miss_pct, 1) for c, _ in members)),
             )
         )
     return found
@@ -275,6 +278,7 @@ def _levels(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
                     "held_out_coverage": coverage(
                         [(c, inside) for c, inside in checked if _key(c, level) == key]
                     )[1],
+                    "misses_pct": sorted(round(c.miss_pct, 1) for c in members),
                 }
             )
     return found
@@ -300,6 +304,7 @@ def _cell_fields(cell: Cell) -> dict[str, Any]:
     fields["interval_n"] = None if interval is None else interval.n
     fields["interval_from"] = cell.interval_from
     fields["held_out_coverage"] = cell.held_out_coverage
+    fields["misses_pct"] = list(cell.misses)
     return fields
 
 
@@ -360,6 +365,27 @@ class Record:
                     low, high, level["n"], level["sources"], level["held_out_coverage"], of
                 )
         return None
+
+    def slowdown(  # noqa: PLR0917 - an answer's kind, then the quantile
+        self, family: str, engine: str, basis: str, regime: str, metric: str, quantile: float
+    ) -> float | None:
+        """The factor a measured figure of an answer of this kind stays under with probability
+        `quantile`: 1 plus the `quantile` of the misses of the comparisons its interval is of
+        (its cell's own, else its family's metric, else the metric), over 100; None where no
+        published run measured the metric."""
+        cell = self.cells.get((family, engine, basis, regime, metric))
+        misses: Sequence[float] | None = None
+        if cell is not None and cell["interval_from"] == "cell":
+            misses = cell["misses_pct"]
+        else:
+            for key in ((family, metric), (None, metric)):
+                level = self.levels.get(key)
+                if level is not None and level["interval_pct"] is not None:
+                    misses = level["misses_pct"]
+                    break
+        if not misses:
+            return None
+        return 1.0 + _quantile(sorted(misses), quantile) / 100.0
 
     def validated_error_pct(self, family: str, metric: str) -> float | None:
         """The mean absolute error published runs showed for a family's `metric` (from at

@@ -189,3 +189,35 @@ def test_no_answer_claims_less_error_than_published_runs_of_its_family_showed(
     profile = client.get("/v1/gpus/h100-sxm5-80gb/profiles").json()["items"]
     residuals = next(p for p in profile if p["engine"] == "vllm")["residual_pct"]
     assert max(residuals.values()) < 15.0  # what the answer claimed before
+
+
+def test_capacity_states_its_rate_as_a_range_and_sizes_for_a_confidence(
+    client: TestClient,
+) -> None:
+    """Llama-3-8B on an H100 (vLLM profile) at 40 requests/s observed: the rate one replica
+    sustains at 10 %, 50 % and 90 % confidence is the search's rate at the SLOs divided by the
+    slowdown published dense runs showed at that quantile, and divided by it again; a 0.9
+    confidence needs at least as many replicas as 0.5, and the range is [rate at 90 %, rate at
+    10 %]."""
+    from tests.api.test_capacity import CAPACITY  # noqa: PLC0415
+
+    answer = client.post("/v1/capacity", json=CAPACITY | {"confidence": 0.9})
+    assert answer.status_code == 200, answer.text
+    capacity = answer.json()
+    rows = {row["confidence"]: row for row in capacity["by_confidence"]}
+    assert set(rows) == {0.1, 0.5, 0.9}
+    assert [rows[c]["slowdown"] for c in (0.1, 0.5, 0.9)] == sorted(
+        rows[c]["slowdown"] for c in (0.1, 0.5, 0.9)
+    )
+    assert rows[0.9]["slowdown"] > 1.0
+    rates = [rows[c]["requests_per_s_per_replica"] for c in (0.1, 0.5, 0.9)]
+    assert rates == sorted(rates, reverse=True)
+    # A replica k times slower sustains at most 1 / k of the predicted rate.
+    assert rows[0.9]["requests_per_s_per_replica"] <= (
+        capacity["requests_per_s_per_replica"] / rows[0.9]["slowdown"] * 1.02
+    )
+    assert capacity["requests_per_s_per_replica_range"] == [rates[2], rates[0]]
+    assert capacity["requests_per_s_per_replica_at_confidence"] == rates[2]
+    assert capacity["replicas_at_confidence"] == rows[0.9]["replicas"]
+    assert rows[0.9]["replicas"] >= rows[0.5]["replicas"] >= rows[0.1]["replicas"] >= 1
+    print(capacity["requests_per_s_per_replica"], capacity["replicas"], rows)
