@@ -6,10 +6,10 @@ answer for the same run; its `miss_pct` is where the measured figure lay in perc
 answer (`100 (measured / answer - 1)`: positive where the run was slower than the answer). A
 cell gathers the comparisons of one kind of answer: architecture family x engine x basis (what
 timed it: measured tables, a relative's scaled, the roofline) x regime (a single request, under
-load, near capacity; a simulated load may also be saturated) x metric (TTFT, TPOT, end to end). Its interval is the central
-range of its misses (less `TAIL` at each end), stated where the cell holds at least
-`MIN_POINTS` from at least `MIN_SOURCES` sources; a kind with fewer takes the interval of the
-nearest coarser cell that has them (family x metric, then metric), and says so.
+load, near capacity; a simulated load may also be saturated) x metric (TTFT, TPOT, end to
+end). Its interval is the range of its misses (less `TAIL` at each end), stated where it
+holds at least `MIN_POINTS` from at least `MIN_SOURCES` sources; a kind with fewer takes the
+interval of the nearest coarser cell that has them (family x metric, then metric), and says so.
 
 Leave-one-source-out: each source's comparisons are checked against the interval computed
 without that source's, so a source never validates itself; the fraction that fell inside is the
