@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 from app.engine.dtypes import DType
 from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, GpuOffer, PlanOptions, Slo, Traffic
-from app.engine.planning.inputs import TtftBucket
 from app.engine.planning.probes import (
     ProbeOutcome,
     ProbeRunner,
@@ -41,7 +40,7 @@ from app.engine.planning.probes import (
     build_sample,
 )
 from app.engine.planning.screening import Candidate, screen
-from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate
+from app.engine.planning.search import highest_rate, slowed_rate
 from app.engine.specs import ModelSpec, SpecError
 from app.validation.record import basis_kind_of, family_of, shipped_record
 
@@ -192,7 +191,13 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
         budget=StepBudget(DEFAULT_MAX_SIMULATED_STEPS),
     )
     start = min(candidate.estimate_rps, bound)
-    met, failing = _highest_rate(runner, start, bound, question.relative_tolerance)
+    met, failing = highest_rate(
+        runner,
+        start,
+        bound,
+        relative_tolerance=question.relative_tolerance,
+        max_probes=_MAX_NARROWING_PROBES,
+    )
     basis = question.offer.basis(candidate.timer)
     confident = tuple(
         _confident_rate(question, basis, confidence, runner, start, bound)
@@ -212,34 +217,6 @@ def sustainable_rate(question: CapacityQuestion) -> CapacityAnswer:
         basis=basis,
         residual_pct=profile.residual_pct if (profile := question.offer.profile) else None,
         confident=tuple(c for c in confident if c is not None),
-    )
-
-
-def _highest_rate(
-    runner: ProbeRunner, start: float, bound: float, relative_tolerance: float
-) -> tuple[float, float]:
-    """(met, failing): steps 2 and 3 of the search (module docstring) from `start`."""
-    floor = bound * LOW_LOAD_FRACTION
-    failing = bound
-    rate = start
-    while True:
-        outcome = runner.run(rate)
-        if outcome.meets:
-            break
-        failing = rate
-        if rate <= floor:
-            raise SpecError(
-                "slo",
-                f"unreachable even at low load: at {rate:.3g} requests/s per replica "
-                f"({LOW_LOAD_FRACTION:.3g} of its analytic capacity): {'; '.join(outcome.misses)}",
-            )
-        rate = max(rate / 2, floor)
-    return refine_rate(
-        runner,
-        rate,
-        failing,
-        relative_tolerance=relative_tolerance,
-        max_probes=_MAX_NARROWING_PROBES,
     )
 
 
@@ -266,30 +243,15 @@ def _confident_rate(  # noqa: PLR0917 - the search's state, passed on
     if not factors:
         return None
     k = max(factors)
-    slowed = ProbeRunner(
-        runner.sample,
-        runner.timer,
-        kv_capacity_tokens=runner.kv_capacity_tokens,
-        block_tokens=runner.block_tokens,
-        scheduler=runner.scheduler,
-        slo=_scaled_slo(question.slo, 1.0 / k),
-        budget=StepBudget(DEFAULT_MAX_SIMULATED_STEPS),
+    rate = slowed_rate(
+        runner,
+        k,
+        start,
+        bound,
+        relative_tolerance=question.relative_tolerance,
+        max_probes=_MAX_NARROWING_PROBES,
     )
-    try:
-        met, _ = _highest_rate(slowed, start, bound, question.relative_tolerance)
-    except SpecError:
-        met = None
-    runner.simulations += slowed.simulations
-    return ConfidentRate(confidence, k, None if met is None else met / k)
-
-
-def _scaled_slo(slo: Slo, factor: float) -> Slo:
-    """`slo` with every objective multiplied by `factor`."""
-    return Slo(
-        slo.ttft_p99_ms * factor,
-        slo.tpot_p99_ms * factor,
-        tuple(TtftBucket(b.max_prompt_tokens, b.ttft_p99_ms * factor) for b in slo.ttft_buckets),
-    )
+    return ConfidentRate(confidence, k, rate)
 
 
 def replicas_for(requests_per_s: float, per_replica_rps: float, headroom: float) -> int:

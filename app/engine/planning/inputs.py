@@ -107,6 +107,16 @@ class Slo:
                     "buckets must be in increasing order of max_prompt_tokens",
                 )
 
+    def scaled(self, factor: float) -> Slo:
+        """These objectives with every latency multiplied by `factor`."""
+        return Slo(
+            self.ttft_p99_ms * factor,
+            self.tpot_p99_ms * factor,
+            tuple(
+                TtftBucket(b.max_prompt_tokens, b.ttft_p99_ms * factor) for b in self.ttft_buckets
+            ),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Traffic:

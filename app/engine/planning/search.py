@@ -17,8 +17,16 @@ import math
 from dataclasses import dataclass
 
 from app.engine.planning.probes import ProbeOutcome, ProbeRunner
+from app.engine.specs import SpecError
 
-__all__ = ["LOW_LOAD_FRACTION", "ReplicaSearch", "refine_rate", "search_replicas"]
+__all__ = [
+    "LOW_LOAD_FRACTION",
+    "ReplicaSearch",
+    "highest_rate",
+    "refine_rate",
+    "search_replicas",
+    "slowed_rate",
+]
 
 LOW_LOAD_FRACTION = 1 / 8
 """Replica searches go down to this fraction of the analytic capacity per replica; an SLO still
@@ -118,3 +126,75 @@ def refine_rate(
         else:
             high = middle
     return low, high
+
+
+def highest_rate(
+    runner: ProbeRunner,
+    start_rps: float,
+    bound_rps: float,
+    *,
+    relative_tolerance: float,
+    max_probes: int,
+) -> tuple[float, float]:
+    """(met, failing): the highest rate one replica sustains within `runner`'s SLOs, narrowed
+    to `relative_tolerance`: probe at `start_rps`, halve while it misses (down to
+    `LOW_LOAD_FRACTION` of the analytic bound `bound_rps`, the first rate known to fail), then
+    bisect (`refine_rate`). `SpecError` naming `slo` when it misses even at that low load."""
+    floor = bound_rps * LOW_LOAD_FRACTION
+    failing = bound_rps
+    rate = start_rps
+    while True:
+        outcome = runner.run(rate)
+        if outcome.meets:
+            break
+        failing = rate
+        if rate <= floor:
+            raise SpecError(
+                "slo",
+                f"unreachable even at low load: at {rate:.3g} requests/s per replica "
+                f"({LOW_LOAD_FRACTION:.3g} of its analytic capacity): {'; '.join(outcome.misses)}",
+            )
+        rate = max(rate / 2, floor)
+    return refine_rate(
+        runner, rate, failing, relative_tolerance=relative_tolerance, max_probes=max_probes
+    )
+
+
+def slowed_rate(
+    runner: ProbeRunner,
+    slowdown: float,
+    start_rps: float,
+    bound_rps: float,
+    *,
+    relative_tolerance: float,
+    max_probes: int,
+) -> float | None:
+    """The highest rate one replica sustains within `runner`'s SLOs if every step takes
+    `slowdown` times as long as timed: such a replica serves rate r as the timed one serves
+    slowdown x r, every latency `slowdown` times as long, so it sustains R(SLO / slowdown) /
+    slowdown, R being `highest_rate`; None where no load meets the SLOs that slow. Its probes
+    count in `runner.simulations` and draw on its budget."""
+    slowed = ProbeRunner(
+        runner.sample,
+        runner.timer,
+        kv_capacity_tokens=runner.kv_capacity_tokens,
+        block_tokens=runner.block_tokens,
+        scheduler=runner.scheduler,
+        slo=runner.slo.scaled(1.0 / slowdown),
+        check_tpot=runner.check_tpot,
+        budget=runner.budget,
+    )
+    try:
+        met, _ = highest_rate(
+            slowed,
+            min(start_rps, bound_rps),
+            bound_rps,
+            relative_tolerance=relative_tolerance,
+            max_probes=max_probes,
+        )
+    except SpecError as error:
+        if error.field != "slo":  # the budget spent is no verdict on the SLOs
+            raise
+        met = None
+    runner.simulations += slowed.simulations
+    return None if met is None else met / slowdown
