@@ -238,11 +238,9 @@ def _confident_rate(  # noqa: PLR0917 - the search's state, passed on
         basis_kind_of(basis),
         "under load",
     )
-    found = [record.slowdown(*kind, m, confidence) for m in ("ttft_ms", "tpot_ms")]
-    factors = [k for k in found if k is not None]
-    if not factors:
+    k = record.answer_slowdown(*kind, confidence)
+    if k is None:
         return None
-    k = max(factors)
     rate = slowed_rate(
         runner,
         k,

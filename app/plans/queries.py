@@ -60,3 +60,6 @@ class PlanQuery:
     layouts: bool = True
     engine: ServingEngine | None = None
     """The serving engine deployed on each GPU (see `TargetQuery.engine`)."""
+    confidence: float | None = None
+    """Size each planned candidate also so its SLOs hold at this confidence, and at 50 and
+    90 % (`CandidatePlan.by_confidence`); None: as timed only."""

@@ -200,6 +200,17 @@ class PlanRequest(Input):
     headroom: float = Field(
         default=0.2, ge=0, le=10, description="Spare capacity: replicas carry traffic x (1 + it)."
     )
+    confidence: float | None = Field(
+        default=None,
+        ge=0.5,
+        le=0.99,
+        description=(
+            "Also size each planned candidate so its SLOs hold with this confidence, and with "
+            "50 and 90 % (`by_confidence`): each replica then sustains R(SLO / k) / k, k being "
+            "how many times slower than timed published runs of such answers were at that "
+            "quantile. Null: as timed only."
+        ),
+    )
     gpus_per_node: int = Field(
         default=8, ge=1, le=64, description="GPUs in one node: the largest tp considered."
     )
@@ -284,6 +295,7 @@ class PlanRequest(Input):
             max_num_seqs=self.max_num_seqs,
             chunk_tokens=self.chunk_tokens,
             headroom=self.headroom,
+            confidence=self.confidence,
             gpus_per_node=self.gpus_per_node,
             efficiency=EfficiencyMode(self.efficiency),
             gpu_memory_utilization=self.gpu_memory_utilization,
@@ -330,6 +342,20 @@ class LayoutRead(BaseModel):
     gpus_per_replica: int = Field(description="tp x dp x pp.")
     weight_dtype: str = Field(description="Weight format.")
     kv_dtype: str = Field(description="KV-cache format.")
+
+
+class ConfidentPlanRead(BaseModel):
+    """A planned candidate sized so its SLOs hold at a confidence."""
+
+    confidence: float = Field(description="The share of published runs of this kind covered.")
+    slowdown: float = Field(
+        description="Real step times over timed ones at that quantile of published runs."
+    )
+    max_requests_per_s_per_replica: float | None = Field(
+        description="R(SLO / slowdown) / slowdown; null: no load meets the SLOs that slow."
+    )
+    replicas: int | None = Field(description="Replicas for the traffic with headroom.")
+    cost_per_hour_usd: float | None = Field(description="Their cost per hour.")
 
 
 class CandidateRead(LayoutRead):
@@ -396,6 +422,13 @@ class CandidateRead(LayoutRead):
     )
     error_interval_pct: dict[str, ErrorInterval | None] = error_intervals_field(
         "metric (`ttft`, `tpot`) of `predicted` (empty in plans stored before answers stated it)"
+    )
+    by_confidence: list[ConfidentPlanRead] = Field(
+        default_factory=list,
+        description=(
+            "A planned candidate sized so its SLOs hold at 50 %, 90 % and the asked "
+            "`confidence`; empty without one."
+        ),
     )
     warnings: list[str] = Field(
         default_factory=list,

@@ -58,7 +58,7 @@ from app.targets.service import (
     resolve_model,
     simulated_error,
 )
-from app.validation.record import basis_kind_of, family_of
+from app.validation.record import basis_kind_of, family_of, shipped_record
 from app.validation.schemas import ErrorInterval
 
 __all__ = [
@@ -152,7 +152,7 @@ def problem_of(error: DomainError) -> dict[str, Any]:
 
 
 def _offers(
-    session: Session, cache: SpecCache, query: PlanQuery
+    session: Session, cache: SpecCache, query: PlanQuery, family: str
 ) -> tuple[list[GpuOffer], dict[str, int], dict[str, dict[str, float]]]:
     """The candidate GPUs with their prices, the catalog versions read and each GPU's
     validation residuals; 422 naming `gpus[i]` for an unknown or unpriced GPU,
@@ -203,6 +203,14 @@ def _offers(
                 warnings=choice.warnings,
                 roofline_basis=choice.basis,
                 measured_on=None if measured_on is None else measured_on.spec,
+                slowdowns=_slowdowns(
+                    query,
+                    (
+                        family,
+                        str(choice.engine.name),
+                        _offer_basis(profile is not None, measured_on is not None),
+                    ),
+                ),
             )
         )
         versions[cached.spec.id] = cached.version
@@ -211,6 +219,33 @@ def _offers(
         field_name = "gpus" if explicit else "price_overrides"
         raise InvalidInput.at(field_name, "no GPU with a price to plan on")
     return offers, versions, errors
+
+
+CONFIDENCES = (0.5, 0.9)
+"""The confidences every plan asked for one sizes its candidates at, besides the asked one."""
+
+
+def _offer_basis(profiled: bool, scaled: bool) -> str:
+    """What times a GPU's candidates, as the validation record names it."""
+    if not profiled:
+        return "roofline"
+    return "scaled" if scaled else "measured"
+
+
+def _slowdowns(query: PlanQuery, kind: tuple[str, str, str]) -> tuple[tuple[float, float], ...]:
+    """(confidence, k) for each confidence a plan asked for one sizes at (`CONFIDENCES` and
+    the asked one): k the larger of the TTFT and TPOT slowdowns of answers of `kind` (family,
+    engine, basis) under load at that quantile; none for an ideal efficiency (a bound)."""
+    asked = query.confidence
+    if asked is None or query.efficiency is not EfficiencyMode.CALIBRATED:
+        return ()
+    record = shipped_record()
+    found = []
+    for confidence in sorted({*CONFIDENCES, asked}):
+        k = record.answer_slowdown(*kind, "under load", confidence)
+        if k is not None:
+            found.append((confidence, k))
+    return tuple(found)
 
 
 def _dtype_pairs(query: PlanQuery, model: ModelSpec) -> tuple[tuple[DType, DType | None], ...]:
@@ -289,7 +324,7 @@ def prepare_plan(session: Session, cache: SpecCache, query: PlanQuery) -> PlanJo
     """Resolve the model and the GPUs (with their prices) and check the request; 422 naming
     the field when something cannot be planned."""
     model, model_id, model_version = resolve_model(cache, query.model)
-    offers, gpu_versions, gpu_errors = _offers(session, cache, query)
+    offers, gpu_versions, gpu_errors = _offers(session, cache, query, family_of(model))
     with spec_errors():
         slo = Slo(
             ttft_p99_ms=query.ttft_p99_ms,

@@ -389,6 +389,18 @@ class Record:
             return None
         return 1.0 + _quantile(sorted(misses), quantile) / 100.0
 
+    def answer_slowdown(
+        self, family: str, engine: str, basis: str, regime: str, quantile: float
+    ) -> float | None:
+        """The slowdown a latency answer of this kind must allow for at `quantile`: the larger
+        of its TTFT's and its TPOT's (`slowdown`); None where no published run informs either."""
+        factors = [
+            k
+            for metric in ("ttft_ms", "tpot_ms")
+            if (k := self.slowdown(family, engine, basis, regime, metric, quantile)) is not None
+        ]
+        return max(factors) if factors else None
+
     def validated_error_pct(self, family: str, metric: str) -> float | None:
         """The mean absolute error published runs showed for a family's `metric` (from at
         least `MIN_SOURCES` sources), else for the metric across families; None where no run

@@ -221,3 +221,36 @@ def test_capacity_states_its_rate_as_a_range_and_sizes_for_a_confidence(
     assert capacity["replicas_at_confidence"] == rows[0.9]["replicas"]
     assert rows[0.9]["replicas"] >= rows[0.5]["replicas"] >= rows[0.1]["replicas"] >= 1
     print(capacity["requests_per_s_per_replica"], capacity["replicas"], rows)
+
+
+def test_a_plan_sized_for_090_provisions_at_least_as_many_replicas_as_for_050(
+    client: TestClient,
+) -> None:
+    """Llama-3-8B at 10 requests/s on H100s (the plans tests' request) with `confidence: 0.9`:
+    each planned candidate is also sized at 50 % and 90 %, R(SLO / k) / k per replica, k from
+    the dense record; the 90 % sizing provisions at least as many replicas as the 50 % one and
+    at least as many as timed, and here more."""
+    from tests.api.test_plans import post_plan  # noqa: PLC0415
+
+    plan = post_plan(client, confidence=0.9, traffic=_traffic(20))
+    best = plan["plans"][0]
+    assert best["status"] == "planned"
+    rows = {row["confidence"]: row for row in best["by_confidence"]}
+    assert set(rows) == {0.5, 0.9}
+    assert rows[0.9]["slowdown"] > rows[0.5]["slowdown"] > 1.0
+    assert rows[0.9]["replicas"] >= rows[0.5]["replicas"]
+    assert rows[0.9]["replicas"] > best["replicas"]
+    assert rows[0.9]["max_requests_per_s_per_replica"] < best["max_requests_per_s_per_replica"]
+    assert rows[0.9]["cost_per_hour_usd"] == rows[0.9]["replicas"] * best[
+        "price_per_gpu_hour_usd"
+    ] * (best["tp"] * best.get("dp", 1) * best.get("pp", 1))
+    print(best["replicas"], best["max_requests_per_s_per_replica"], rows)
+    timed = post_plan(client, traffic=_traffic(20))
+    assert timed["plans"][0]["by_confidence"] == []
+
+
+def _traffic(requests_per_s: float) -> dict[str, Any]:
+    from tests.api.test_plans import PLAN  # noqa: PLC0415
+
+    traffic: dict[str, Any] = PLAN["traffic"] | {"requests_per_s": requests_per_s}
+    return traffic

@@ -160,6 +160,10 @@ class GpuOffer:
     """What `basis` names where the roofline times the steps (`roofline`, or why it does)."""
     measured_on: GpuSpec | None = None
     """The GPU `profile` was measured on, when another: its tables scaled to this one."""
+    slowdowns: tuple[tuple[float, float], ...] = ()
+    """(confidence, k): real step times may be k times the timed ones that often (how far
+    published runs landed from such answers, `app.validation`); each planned candidate on this
+    GPU is also sized so its SLOs hold at each (`CandidatePlan.by_confidence`)."""
 
     def __post_init__(self) -> None:
         _positive(f"price_per_gpu_hour_usd[{self.gpu.id}]", self.price_per_gpu_hour_usd)

@@ -61,11 +61,17 @@ from app.engine.planning.results import (
     CandidatePlan,
     CandidateStatus,
     CapacityPlan,
+    ConfidentPlan,
     PredictedLatency,
     usd_per_million_output_tokens,
 )
 from app.engine.planning.screening import Candidate, finite, screen
-from app.engine.planning.search import LOW_LOAD_FRACTION, refine_rate, search_replicas
+from app.engine.planning.search import (
+    LOW_LOAD_FRACTION,
+    refine_rate,
+    search_replicas,
+    slowed_rate,
+)
 from app.engine.simulation import expected_steps
 from app.engine.specs import Deployment, ModelSpec, SpecError
 
@@ -454,6 +460,7 @@ def _size(context: _Context, outcomes: _Outcomes) -> list[CandidatePlan]:
             first_guess_rps=None if item.failing is not None else c.capacity_rps / 1.05,
         )
         predicted = _predicted(item.runner, traffic.requests_per_s / item.replicas)
+        confident = tuple(_confident(item, meets_rps, demand, k) for k in c.offer.slowdowns)
         outcomes.simulations += item.runner.simulations - before
         planned.append(
             replace(
@@ -468,9 +475,35 @@ def _size(context: _Context, outcomes: _Outcomes) -> list[CandidatePlan]:
                 failing_requests_per_s_per_replica=finite(failing_rps),
                 predicted=predicted,
                 simulations=item.simulations,
+                by_confidence=confident,
             )
         )
     return planned
+
+
+_CONFIDENT_TOLERANCE = 0.05
+_CONFIDENT_PROBES = 6
+
+
+def _confident(
+    item: _Found, meets_rps: float, demand: float, slowdown: tuple[float, float]
+) -> ConfidentPlan:
+    """A planned candidate sized for one (confidence, k) of its GPU: each replica sustains
+    R(SLO / k) / k (`slowed_rate`), searched from the rate it sustains as timed."""
+    confidence, k = slowdown
+    c = item.candidate
+    rate = slowed_rate(
+        item.runner,
+        k,
+        meets_rps,
+        c.capacity_rps,
+        relative_tolerance=_CONFIDENT_TOLERANCE,
+        max_probes=_CONFIDENT_PROBES,
+    )
+    if rate is None or rate <= 0:
+        return ConfidentPlan(confidence, k, None, None, None)
+    replicas = max(1, math.ceil(demand / rate * (1 - 1e-9)))
+    return ConfidentPlan(confidence, k, rate, replicas, c.cost(replicas))
 
 
 def _plan_notes(context: _Context, outcomes: _Outcomes) -> list[str]:

@@ -15,6 +15,7 @@ __all__ = [
     "CandidatePlan",
     "CandidateStatus",
     "CapacityPlan",
+    "ConfidentPlan",
     "DisaggregatedPlan",
     "PredictedLatency",
     "usd_per_million_output_tokens",
@@ -57,6 +58,19 @@ class PredictedLatency:
     tpot_p99_ms: float
     ttft_p99_ms_by_bucket: tuple[BucketLatency, ...]
     saturated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConfidentPlan:
+    """A planned candidate sized so its SLOs hold at a confidence: each replica sustains
+    R(SLO / k) / k (`search.slowed_rate`), k the confidence's slowdown."""
+
+    confidence: float
+    slowdown: float
+    max_requests_per_s_per_replica: float | None
+    """None: no load meets the SLOs that slow."""
+    replicas: int | None
+    cost_per_hour_usd: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +120,8 @@ class CandidatePlan:
     """What timed each op family (a profile, or the roofline)."""
     warnings: tuple[str, ...] = ()
     """What the candidate's answer should be read with (an engine the roofline timed)."""
+    by_confidence: tuple[ConfidentPlan, ...] = ()
+    """A planned candidate sized at each of its GPU's confidences (`GpuOffer.slowdowns`)."""
 
     @property
     def feasible(self) -> bool:
