@@ -676,7 +676,9 @@ class PlanSummary(BaseModel):
     requests_per_s: float = Field(description="The traffic planned for.")
     best: dict[str, Any] | None = Field(
         description="The cheapest plan when done: `feasible`, and when true `gpu`, `tp`, "
-        "`weight_dtype`, `replicas`, `gpus_total`, `cost_per_hour_usd`; else null."
+        "`weight_dtype`, `replicas`, `gpus_total`, `cost_per_hour_usd` (with a `confidence` "
+        "asked, also `confidence`, `replicas_at_confidence`, `cost_per_hour_usd_at_confidence`: "
+        "sized so its SLOs hold at it); else null."
     )
 
     @classmethod

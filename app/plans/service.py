@@ -369,7 +369,7 @@ def compute_plan(job: PlanJob, progress: PlanProgress | None = None) -> Computed
     elapsed_ms = (time.perf_counter() - start) * 1000.0
     return ComputedPlan(
         document=_document(plan, elapsed_ms, job),
-        summary=_summary(plan),
+        summary=_summary(plan, job.query.confidence),
         demand_requests_per_s=plan.demand_requests_per_s,
     )
 
@@ -438,11 +438,13 @@ def _quantisation_notes(candidates: list[CandidatePlan]) -> list[str]:
     ]
 
 
-def _summary(plan: CapacityPlan) -> dict[str, Any]:
+def _summary(plan: CapacityPlan, confidence: float | None) -> dict[str, Any]:
+    """The cheapest plan as timed; with a `confidence`, also its replicas and cost sized so its
+    SLOs hold at it (`CandidatePlan.by_confidence`)."""
     best = plan.best
     if best is None:
         return {"feasible": False}
-    return {
+    summary: dict[str, Any] = {
         "feasible": True,
         "gpu": best.gpu,
         "tp": best.tp,
@@ -451,6 +453,14 @@ def _summary(plan: CapacityPlan) -> dict[str, Any]:
         "gpus_total": best.gpus_total,
         "cost_per_hour_usd": best.cost_per_hour_usd,
     }
+    sized = next((c for c in best.by_confidence if c.confidence == confidence), None)
+    if sized is not None:
+        summary |= {
+            "confidence": confidence,
+            "replicas_at_confidence": sized.replicas,
+            "cost_per_hour_usd_at_confidence": sized.cost_per_hour_usd,
+        }
+    return summary
 
 
 def queue_plan(session: Session, job: PlanJob, request: Mapping[str, Any], limit: int) -> PlanRow:

@@ -244,9 +244,17 @@ def test_a_plan_sized_for_090_provisions_at_least_as_many_replicas_as_for_050(
     assert rows[0.9]["cost_per_hour_usd"] == rows[0.9]["replicas"] * best[
         "price_per_gpu_hour_usd"
     ] * (best["tp"] * best.get("dp", 1) * best.get("pp", 1))
-    print(best["replicas"], best["max_requests_per_s_per_replica"], rows)
+    # The plans list summarises the cheapest plan with its sizing at the asked confidence.
+    listed = client.get("/v1/plans", params={"limit": 1}).json()["items"][0]
+    assert listed["id"] == plan["id"]
+    assert listed["best"]["replicas"] == best["replicas"]
+    assert listed["best"]["confidence"] == 0.9
+    assert listed["best"]["replicas_at_confidence"] == rows[0.9]["replicas"]
+    assert listed["best"]["cost_per_hour_usd_at_confidence"] == rows[0.9]["cost_per_hour_usd"]
     timed = post_plan(client, traffic=_traffic(20))
     assert timed["plans"][0]["by_confidence"] == []
+    timed_listed = client.get("/v1/plans", params={"limit": 1}).json()["items"][0]
+    assert "replicas_at_confidence" not in timed_listed["best"]
 
 
 def _traffic(requests_per_s: float) -> dict[str, Any]:
