@@ -342,11 +342,12 @@ _METRIC_MARKERS = {"ttft_ms": "o", "tpot_ms": "s", "e2e_ms": "^"}
 
 
 def validation_svg(record: ValidationRecord) -> str:
-    """Every published figure against Ridgeline's answer for its run, log-log: a colour per
+    """Every published latency against Ridgeline's answer for its run, log-log: a colour per
     architecture family, a marker per metric, the diagonal where they agree and the band within
-    25 % of it."""
+    25 % of it (throughput, in other units, is in the record, not drawn)."""
     figure, axes = _figure(height=6.0)
-    values = [v for p in record.points for v in (p.measured, p.estimated)]
+    latencies = [p for p in record.points if p.metric in _METRIC_MARKERS]
+    values = [v for p in latencies for v in (p.measured, p.estimated)]
     low, high = min(values) / 1.5, max(values) * 1.5
     axes.plot([low, high], [low, high], color="#555555", linewidth=1)
     axes.fill_between(
@@ -354,7 +355,7 @@ def validation_svg(record: ValidationRecord) -> str:
     )
     for family, colour in _FAMILY_COLOURS.items():
         for metric, marker in _METRIC_MARKERS.items():
-            chosen = [p for p in record.points if p.family == family and p.metric == metric]
+            chosen = [p for p in latencies if p.family == family and p.metric == metric]
             if chosen:
                 axes.scatter(
                     [p.measured for p in chosen],
@@ -373,9 +374,9 @@ def validation_svg(record: ValidationRecord) -> str:
     axes.set_ylabel("Ridgeline's answer (ms)")
     coverage = record.held_out_coverage
     inside = "" if coverage is None else f"; {100 * coverage:.0f} % inside their interval held out"
+    sources = len({p.source for p in latencies})
     axes.set_title(
-        f"Ridgeline against {record.comparisons} published figures of {record.sources} "
-        f"sources{inside}",
+        f"Ridgeline against {len(latencies)} published latencies of {sources} sources{inside}",
         fontsize=10,
     )
     axes.legend(fontsize=7, loc="upper left")

@@ -162,7 +162,7 @@ def test_the_record_is_browsable_with_its_sources_and_drawn(client: TestClient) 
     chart = client.get("/v1/validation", headers={"Accept": "image/svg+xml"})
     assert chart.status_code == 200
     assert chart.headers["content-type"].startswith("image/svg+xml")
-    assert "<svg" in chart.text and "published figures of" in chart.text
+    assert "<svg" in chart.text and "published latencies of" in chart.text
     assert "mla TPOT" in chart.text
 
 

@@ -262,6 +262,6 @@ def test_the_validation_chart_draws_every_family_with_no_text_over_another(
     box = page.locator("svg").first.bounding_box()  # type: ignore[attr-defined]
     assert box is not None and box["width"] > 600 and box["height"] > 500
     texts = _texts(boxes)
-    for word in ("published figures of", "dense TTFT", "mla TPOT", "gpt-oss TPOT", "measured"):
+    for word in ("published latencies of", "dense TTFT", "mla TPOT", "gpt-oss TPOT", "measured"):
         assert word in texts, word
     assert _overlapping(boxes) == []
