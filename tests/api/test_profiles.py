@@ -493,3 +493,34 @@ def test_pipeline_stages_keep_the_measured_experts_and_all_to_all() -> None:
             assert two.communication.layout(tokens) == pytest.approx(
                 one.communication.layout(tokens) + hand_off, rel=1e-9
             )
+
+
+def test_fp16_checkpoints_are_timed_by_the_bf16_tables(client: TestClient) -> None:
+    """Llama 2's checkpoints are fp16; the silicon database measures bf16, the same tensor-core
+    rate on the same bytes: a Llama-2-7B prefill on an H100 under vLLM is timed by the profile's
+    GEMM and attention tables (the roofline timed its GEMMs before), and the prompt's time is
+    Llama-2-7B's shapes read from the bf16 GEMM table."""
+    from app.catalog.loader import bundled_gpus, bundled_models  # noqa: PLC0415
+    from app.engine.profiles import ProfiledStepCost  # noqa: PLC0415
+    from app.engine.specs import Deployment  # noqa: PLC0415
+    from app.formats.catalog_specs import (  # noqa: PLC0415
+        gpu_spec_from_fields,
+        model_spec_from_fields,
+    )
+
+    body = {"model": "llama-2-7b", "gpu": H100, "engine": "vllm", "prompt_tokens": 1024}
+    answer = client.post("/v1/estimates/prefill", json=body).json()
+    assert answer["target"]["weight_dtype"] == "fp16"
+    label = "profile h100-sxm5-80gb vllm@0.24.0"
+    basis = answer["target"]["basis"]
+    assert basis["gemm"] == basis["prefill_attention"] == basis["decode_attention"] == label
+    profile = bundled_document("h100-sxm5-80gb-vllm-0.24.0").to_profile()
+    model = model_spec_from_fields(next(m for m in bundled_models() if m["id"] == "llama-2-7b"))
+    gpu = gpu_spec_from_fields(next(g for g in bundled_gpus() if g["id"] == H100))
+    deployment = Deployment(weight_dtype=DType.FP16, kv_dtype=DType.FP16)
+    cost = ProfiledStepCost(model, gpu, deployment, profile)
+    table = profile.gemm[DType.BF16]
+    # QKV of 1,024 tokens: 32 layers of one (1,024 x 4,096) @ (4,096 x 12,288) GEMM.
+    one = table.at(1024.0, 12288.0, 4096.0)
+    assert one is not None
+    assert max(cost.qkv.parts(1024)) == pytest.approx(32 * one / 1000, rel=1e-6)

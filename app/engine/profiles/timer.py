@@ -182,7 +182,7 @@ class ProfiledStepCost(StepCostModel):
                 if ffn is not None:
                     ffn = self._rescaled(ffn, lambda c, m: _bound(c.ffn.parts(m)))
                     self.ffn = MeasuredLinear(self.ffn, ffn, self.memo_entries)
-        activation_gemm = profile.gemm.get(deployment.activation_dtype)
+        activation_gemm = _table_for(profile.gemm, deployment.activation_dtype)
         if activation_gemm is not None:
             ms = activation_gemm.axes[0]
             lm = _curve(ms, [_gemm_ms(activation_gemm, m, model.vocab_size / tp, d) for m in ms])
@@ -202,6 +202,8 @@ class ProfiledStepCost(StepCostModel):
         heads, kv_heads, h = self._head_layout()
         kv_dtype, layers = self.deployment.kv_dtype, self.model.num_layers
         measured: set[OpFamily] = set()
+        if kv_dtype not in self.profile.prefill_attention and kv_dtype in _SAME_BYTES:
+            kv_dtype = _SAME_BYTES[kv_dtype]
         prefill = self.profile.attention(True, kv_dtype, heads, kv_heads, h)
         if prefill is not None:
             grid, scale = prefill
@@ -419,9 +421,15 @@ class ProfiledStepCost(StepCostModel):
         }
 
 
-_SAME_BYTES = {DType.FP8_BLOCK: DType.FP8, DType.FP8: DType.FP8_BLOCK}
-"""Weight formats of the same size and compute, whose tables stand in for each other (the
-per-tensor and the block-scaled FP8 kernels differ by a few percent)."""
+_SAME_BYTES = {
+    DType.FP8_BLOCK: DType.FP8,
+    DType.FP8: DType.FP8_BLOCK,
+    DType.FP16: DType.BF16,
+    DType.BF16: DType.FP16,
+}
+"""Formats of the same size and compute, whose tables stand in for each other: the per-tensor
+and the block-scaled FP8 kernels differ by a few percent; fp16 and bf16 run the same tensor-core
+rate on the same bytes (the database measures bf16; Llama 2's checkpoints are fp16)."""
 
 
 def _deepseek_v3_latent(model: ModelSpec) -> bool:
