@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections import defaultdict
 from functools import cache
@@ -29,6 +30,7 @@ from app.catalog.relatives import Datasheet, nearest_relatives
 from app.engine.dtypes import DType
 from app.engine.estimates import estimate_prefill, estimate_request
 from app.engine.memory import memory_plan
+from app.engine.params import count_params
 from app.engine.profiles import Profile, ProfiledStepCost
 from app.engine.serving import ServingEngine, parse_engine
 from app.engine.simulation import kv_capacity_tokens, simulate
@@ -201,6 +203,45 @@ OFFLINE_BLOCK_TOKENS = 32
 OFFLINE_MEMORY_SHARE = 0.9
 
 
+_BENCH_BYTES = {"fp8": 1.0, "fp8-block": 1.0, "nvfp4": 0.5}
+_GIB = 1024.0**3
+
+
+def _trtllm_bench_limits(
+    model: ModelSpec, gpu: GpuSpec, deployment: Deployment, point: dict[str, Any]
+) -> dict[str, int]:
+    """The batch limits `trtllm-bench throughput` runs with when given none: its tuning
+    heuristic (tensorrt_llm/bench/build/tuning.py, `calc_engine_setting` and
+    `finetune_setting`): the requests of the target lengths the KV cache holds (95 % of the
+    memory the weights leave, its bytes per element by format), at most 4,096, rounded up
+    (64 at least; to 32 below 256, 128 below 1,024, 256 above), and tokens per step that
+    many times 1 + input / output, at most 32,768, rounded up (2,048 at least)."""
+    gpus = deployment.tp * deployment.dp * deployment.pp
+    weight_b = _BENCH_BYTES.get(point["weight_dtype"], 2.0)
+    kv_b = _BENCH_BYTES.get(point.get("kv_dtype", "bf16"), 2.0)
+    kv_heads = max(deployment.tp * deployment.dp, model.num_kv_heads)
+    per_token = 2 * model.num_layers * kv_heads * model.head_dim * kv_b / _GIB
+    engine = count_params(model).total * weight_b / _GIB
+    available = gpu.memory_bytes / _GIB * gpus - engine
+    isl, osl = point["prompt_tokens"], point["output_tokens"]
+    requests = available * 0.95 / (per_token * (isl + osl))
+    raw = min(requests, 4096) / deployment.pp
+    raw_tokens = min(raw * (1 + isl / osl), 32768)
+    if raw < 256:
+        batch = max(64, 32 * math.ceil(raw / 32))
+    elif raw < 1024:
+        batch = 128 * math.ceil(raw / 128)
+    else:
+        batch = 256 * math.ceil(raw / 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return {"max_num_seqs": batch, "max_num_batched_tokens": tokens}
+
+
 def _offline_throughput(point: dict[str, Any], cost: StepCostModel) -> float:
     """Output tokens per second of the run's `num_requests` requests of its lengths, all queued
     at once, simulated on one replica with its engine's default scheduler (the profile's
@@ -213,7 +254,10 @@ def _offline_throughput(point: dict[str, Any], cost: StepCostModel) -> float:
         else parse_engine(point["engine"])
     )
     model, gpu, deployment = cost.model, cost.gpu, cost.deployment
-    config = engine.policy.scheduler(engine.version, gpu, model.max_context_tokens)
+    limits = {}
+    if point["load"].get("limits") == "trtllm-bench":
+        limits = _trtllm_bench_limits(model, gpu, deployment, point)
+    config = engine.policy.scheduler(engine.version, gpu, model.max_context_tokens, **limits)
     memory = memory_plan(
         model,
         gpu,
