@@ -524,3 +524,36 @@ def test_fp16_checkpoints_are_timed_by_the_bf16_tables(client: TestClient) -> No
     one = table.at(1024.0, 12288.0, 4096.0)
     assert one is not None
     assert max(cost.qkv.parts(1024)) == pytest.approx(32 * one / 1000, rel=1e-6)
+
+
+def test_a_group_size_no_table_has_is_interpolated_in_the_query_heads(
+    client: TestClient,
+) -> None:
+    """Qwen2.5-7B has 28 query heads on 4 KV heads (7 per group); the A100's vLLM tables have
+    24 and 32 query heads on 4 KV heads of its width: its attention is read halfway between
+    them, cell by cell, and the answer says the profile timed it (the roofline did before)."""
+    body = {
+        "model": "qwen2.5-7b",
+        "gpu": "a100-sxm4-80gb",
+        "engine": "vllm",
+        "batch_size": 8,
+        "context_tokens": 1024,
+    }
+    answer = client.post("/v1/estimates/decode", json=body).json()
+    assert answer["target"]["engine"] == "vllm@0.14.0"
+    label = "profile a100-sxm4-80gb vllm@0.14.0"
+    assert answer["target"]["basis"]["decode_attention"] == label
+    assert answer["target"]["basis"]["prefill_attention"] == label
+    profile = bundled_document("a100-sxm4-80gb-vllm-0.14.0").to_profile()
+    tables = {
+        (t.heads, t.kv_heads, t.head_dim): t.grid for t in profile.decode_attention[DType.BF16]
+    }
+    found = profile.attention(False, DType.BF16, 28, 4, 128)
+    assert found is not None
+    grid, scale = found
+    assert scale == 1.0
+    low, high = tables[(24, 4, 128)].at2(8, 1024), tables[(32, 4, 128)].at2(8, 1024)
+    assert low is not None and high is not None
+    assert grid.at2(8, 1024) == pytest.approx((low + high) / 2, rel=1e-9)
+    # Nothing above 64 query heads on 4 KV heads and no table of groups of 18: none, as before.
+    assert profile.attention(False, DType.BF16, 72, 4, 128) is None

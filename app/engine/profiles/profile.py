@@ -150,7 +150,11 @@ class Profile:
 
         The exact layout when measured; else a measured one with the same head width and GQA
         group size (query heads per KV head): at a fixed group size attention's FLOPs and bytes
-        are both linear in the heads, so the ratio counts as that many more sequences."""
+        are both linear in the heads, so the ratio counts as that many more sequences. Else,
+        for a group size no table has (Qwen2.5-7B's 28 query heads on 4 KV heads), the two
+        tables of the same KV heads and head width whose query heads bracket it, interpolated
+        cell by cell in the query heads (attention's work, at fixed KV heads, is linear in
+        them: the query's share in prefill, next to nothing beside the KV reads in decode)."""
         tables = (self.prefill_attention if prefill else self.decode_attention).get(kv_dtype, ())
         group = heads / kv_heads
         best: tuple[float, AttentionTable] | None = None
@@ -161,6 +165,26 @@ class Profile:
             if best is None or distance < best[0]:
                 best = (distance, table)
         if best is None:
-            return None
+            blended = _between_query_heads(tables, heads, kv_heads, head_dim)
+            return None if blended is None else (blended, 1.0)
         table = best[1]
         return table.grid, kv_heads / table.kv_heads
+
+
+def _between_query_heads(
+    tables: tuple[AttentionTable, ...], heads: int, kv_heads: int, head_dim: int
+) -> Grid | None:
+    """The table of `heads` query heads interpolated between the two measured ones of the same
+    KV heads and head width whose query heads bracket it, on the axes they share; None where
+    there are not two such tables."""
+    same = [t for t in tables if t.kv_heads == kv_heads and t.head_dim == head_dim]
+    below = max((t for t in same if t.heads < heads), key=lambda t: t.heads, default=None)
+    above = min((t for t in same if t.heads > heads), key=lambda t: t.heads, default=None)
+    if below is None or above is None or below.grid.axes != above.grid.axes:
+        return None
+    w = (heads - below.heads) / (above.heads - below.heads)
+    values = tuple(
+        None if a is None or b is None else a + w * (b - a)
+        for a, b in zip(below.grid.values, above.grid.values, strict=True)
+    )
+    return Grid(below.grid.axes, values)
