@@ -13,10 +13,12 @@ now; `catalog_versions` says which versions of the entries it was computed from.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -367,11 +369,34 @@ def compute_plan(job: PlanJob, progress: PlanProgress | None = None) -> Computed
             job.model, job.offers, job.traffic, job.slo, job.options, progress=progress
         )
     elapsed_ms = (time.perf_counter() - start) * 1000.0
+    if job.query.confidence is not None:
+        plan = _ranked_at(plan, job.query.confidence)
     return ComputedPlan(
         document=_document(plan, elapsed_ms, job),
         summary=_summary(plan, job.query.confidence),
         demand_requests_per_s=plan.demand_requests_per_s,
     )
+
+
+def _ranked_at(plan: CapacityPlan, confidence: float) -> CapacityPlan:
+    """`plan` with its planned candidates ranked by their cost sized at `confidence` (then as
+    timed; one without that sizing last), the others after them as they were: the plan a user
+    who asked for that confidence provisions first."""
+
+    def cost(candidate: CandidatePlan) -> tuple[float, float]:
+        sized = next((c for c in candidate.by_confidence if c.confidence == confidence), None)
+        at = sized.cost_per_hour_usd if sized is not None else None
+        timed = candidate.cost_per_hour_usd
+        return (math.inf if at is None else at, math.inf if timed is None else timed)
+
+    planned = sorted((c for c in plan.candidates if c.feasible), key=cost)
+    rest = [c for c in plan.candidates if not c.feasible]
+    notes = (
+        *plan.notes,
+        f"Planned candidates ranked by their cost with the SLOs holding at {confidence:g} "
+        "confidence (`by_confidence`).",
+    )
+    return dc_replace(plan, candidates=(*planned, *rest), notes=notes)
 
 
 def _document(plan: CapacityPlan, elapsed_ms: float, job: PlanJob) -> dict[str, Any]:

@@ -251,6 +251,18 @@ def test_a_plan_sized_for_090_provisions_at_least_as_many_replicas_as_for_050(
     assert listed["best"]["confidence"] == 0.9
     assert listed["best"]["replicas_at_confidence"] == rows[0.9]["replicas"]
     assert listed["best"]["cost_per_hour_usd_at_confidence"] == rows[0.9]["cost_per_hour_usd"]
+    # Several candidates (tp 1 and 2): the planned ones come ranked by their cost at 0.9.
+    several = post_plan(
+        client, confidence=0.9, traffic=_traffic(20), tp_candidates=[1, 2], max_plans=3
+    )
+    planned = [p for p in several["plans"] if p["status"] == "planned"]
+    assert len(planned) >= 2
+    at_09 = [
+        next(r["cost_per_hour_usd"] for r in p["by_confidence"] if r["confidence"] == 0.9)
+        for p in planned
+    ]
+    assert at_09 == sorted(at_09)
+    assert any("ranked by their cost" in note for note in several["notes"])
     timed = post_plan(client, traffic=_traffic(20))
     assert timed["plans"][0]["by_confidence"] == []
     timed_listed = client.get("/v1/plans", params={"limit": 1}).json()["items"][0]
