@@ -53,6 +53,14 @@ def test_intervals_hold_four_in_five_held_out_comparisons() -> None:
     record = shipped()
     assert record["comparisons"] >= 76 and record["sources"] >= 13
     assert record["held_out_coverage"] >= 0.8
+    # A fallback level's interval is the range of its own misses (a family's or a metric's,
+    # never one of its cells'), stated from four sources up.
+    for level in record["levels"]:
+        misses = level["misses_pct"]
+        if level["sources"] >= 4 and len(misses) >= 4:
+            assert level["interval_pct"] == [min(misses), max(misses)], level["metric"]
+        else:
+            assert level["interval_pct"] is None
     for cell in record["cells"]:
         assert (cell["interval_pct"] is None) == (cell["interval_from"] == "none")
         if cell["interval_pct"] is not None:

@@ -158,17 +158,25 @@ def _key(c: Comparison, level: str) -> tuple[str, ...]:
     return (c.metric,)
 
 
+def _level_interval(
+    comparisons: Sequence[Comparison], first: Comparison, level: str, exclude: str | None
+) -> Interval | None:
+    """The interval of the comparisons at `level` of `first`'s kind (without `exclude`'s
+    source); None with fewer than `MIN_SOURCES` sources or `MIN_POINTS` points."""
+    key = _key(first, level)
+    members = [c for c in comparisons if _key(c, level) == key and c.source != exclude]
+    if len({c.source for c in members}) < MIN_SOURCES:
+        return None
+    return interval_of(c.miss_pct for c in members)
+
+
 def _interval(
     comparisons: Sequence[Comparison], first: Comparison, exclude: str | None
 ) -> tuple[Interval | None, str]:
     """The interval for answers of `first`'s kind from `comparisons` (without `exclude`'s
     source): the cell's own, else the nearest coarser level with enough."""
     for level in _LEVELS:
-        key = _key(first, level)
-        members = [c for c in comparisons if _key(c, level) == key and c.source != exclude]
-        if len({c.source for c in members}) < MIN_SOURCES:
-            continue
-        found = interval_of(c.miss_pct for c in members)
+        found = _level_interval(comparisons, first, level, exclude)
         if found is not None:
             return found, level
     return None, "none"
@@ -265,7 +273,7 @@ def _levels(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
         keys = sorted({_key(c, level) for c in comparisons})
         for key in keys:
             members = [c for c in comparisons if _key(c, level) == key]
-            interval, _ = _interval(members, members[0], None)
+            interval = _level_interval(members, members[0], level, None)
             found.append(
                 {
                     "level": level,
