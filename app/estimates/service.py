@@ -269,19 +269,12 @@ def _answer(resolved: Resolved, result: R, regime: str, *phases: str) -> Answer[
     return Answer(resolved.echo, errors, result, (*warnings, *unknown), intervals)
 
 
-def _regime(target: Target, batch: int, tokens_each: int) -> str:
-    """The load an estimate is of, as the validation record groups answers (`regime_of`)."""
-    if batch <= 1:
-        return "single request"
-    return regime_of(target.cost, batch, tokens_each)
-
-
 def prefill(cache: SpecCache, query: PrefillQuery) -> Answer[PrefillEstimate]:
     resolved = target_of(cache, query.target)
     target = resolved.target
     with spec_errors():
         estimate = estimate_prefill(target.cost, **workload_of(query))
-    regime = _regime(target, query.batch_size, query.prompt_tokens)
+    regime = regime_of(target.cost, query.batch_size, query.prompt_tokens)
     return _answer(resolved, estimate, regime, "prefill")
 
 
@@ -297,7 +290,7 @@ def prefill_points(cache: SpecCache, query: PrefillCurveQuery) -> Answer[Prefill
             chunk_tokens=query.chunk_tokens,
             causal=query.causal,
         )
-    regime = _regime(target, query.batch_size, max(lengths))
+    regime = regime_of(target.cost, query.batch_size, max(lengths))
     return _answer(resolved, curve, regime, "prefill")
 
 
@@ -308,7 +301,7 @@ def decode(cache: SpecCache, query: DecodeQuery) -> Answer[DecodeEstimate]:
         estimate = estimate_decode(
             target.cost, batch_size=query.batch_size, context_tokens=query.context_tokens
         )
-    regime = _regime(target, query.batch_size, query.context_tokens)
+    regime = regime_of(target.cost, query.batch_size, query.context_tokens)
     return _answer(resolved, estimate, regime, "decode")
 
 
@@ -317,7 +310,7 @@ def request(cache: SpecCache, query: RequestQuery) -> Answer[RequestEstimate]:
     target = resolved.target
     with spec_errors():
         estimate = estimate_request(target.cost, **workload_of(query))
-    regime = _regime(target, query.batch_size, query.prompt_tokens + query.output_tokens)
+    regime = regime_of(target.cost, query.batch_size, query.prompt_tokens + query.output_tokens)
     return _answer(resolved, estimate, regime, "prefill", "decode")
 
 

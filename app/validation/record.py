@@ -200,8 +200,15 @@ def coverage(checked: Iterable[tuple[Comparison, bool | None]]) -> tuple[int, fl
 
 def cells(comparisons: Sequence[Comparison]) -> list[Cell]:
     """The record: one cell per kind of answer the comparisons hold, sorted by kind."""
+    return _cells(comparisons, held_out(comparisons))
+
+
+def _cells(
+    comparisons: Sequence[Comparison], held: Sequence[tuple[Comparison, bool | None]]
+) -> list[Cell]:
+    """`cells`, given `held_out(comparisons)`."""
     checked: dict[tuple[str, ...], list[tuple[Comparison, bool | None]]] = defaultdict(list)
-    for c, inside in held_out(comparisons):
+    for c, inside in held:
         checked[_key(c, "cell")].append((c, inside))
     found = []
     for key, members in sorted(checked.items()):
@@ -231,6 +238,7 @@ def cells(comparisons: Sequence[Comparison]) -> list[Cell]:
 
 def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
     """The record as the service ships it (`data/record.json`)."""
+    held = held_out(comparisons)
     return {
         "about": (
             "Ridgeline's answers against published serving runs (docs/validation/published.json): "
@@ -242,11 +250,11 @@ def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
         "tail": TAIL,
         "min_points": MIN_POINTS,
         "min_sources": MIN_SOURCES,
-        "held_out_coverage": coverage(held_out(comparisons))[1],
+        "held_out_coverage": coverage(held)[1],
         "comparisons": len(comparisons),
         "sources": len({c.source for c in comparisons}),
-        "cells": [_cell_fields(cell) for cell in cells(comparisons)],
-        "levels": _levels(comparisons),
+        "cells": [_cell_fields(cell) for cell in _cells(comparisons, held)],
+        "levels": _levels(comparisons, held),
         "points": [
             {
                 "point": c.point,
@@ -264,10 +272,11 @@ def document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
     }
 
 
-def _levels(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
+def _levels(
+    comparisons: Sequence[Comparison], checked: Sequence[tuple[Comparison, bool | None]]
+) -> list[dict[str, Any]]:
     """The coarser kinds an answer without a cell of its own falls back to: each family's
-    metric, each metric; their intervals and held-out coverage."""
-    checked = held_out(comparisons)
+    metric, each metric; their intervals and held-out coverage (`checked`: `held_out`)."""
     found = []
     for level in _LEVELS[1:]:
         keys = sorted({_key(c, level) for c in comparisons})
@@ -367,13 +376,22 @@ class Record:
             return StatedInterval(
                 low, high, cell["interval_n"], cell["sources"], cell["held_out_coverage"], of
             )
+        found = self._fallback(family, metric)
+        if found is None:
+            return None
+        level, of = found
+        low, high = level["interval_pct"]
+        return StatedInterval(
+            low, high, level["n"], level["sources"], level["held_out_coverage"], of
+        )
+
+    def _fallback(self, family: str, metric: str) -> tuple[Mapping[str, Any], str] | None:
+        """The level whose interval an answer without one of its own cell takes: its family's
+        `metric`, else the metric's; with what to call it. None where neither has one."""
         for key, of in (((family, metric), f"{family} {metric}"), ((None, metric), metric)):
             level = self.levels.get(key)
             if level is not None and level["interval_pct"] is not None:
-                low, high = level["interval_pct"]
-                return StatedInterval(
-                    low, high, level["n"], level["sources"], level["held_out_coverage"], of
-                )
+                return level, of
         return None
 
     def slowdown(  # noqa: PLR0917 - an answer's kind, then the quantile
@@ -387,12 +405,8 @@ class Record:
         misses: Sequence[float] | None = None
         if cell is not None and cell["interval_from"] == "cell":
             misses = cell["misses_pct"]
-        else:
-            for key in ((family, metric), (None, metric)):
-                level = self.levels.get(key)
-                if level is not None and level["interval_pct"] is not None:
-                    misses = level["misses_pct"]
-                    break
+        elif (found := self._fallback(family, metric)) is not None:
+            misses = found[0]["misses_pct"]
         if not misses:
             return None
         return 1.0 + _quantile(sorted(misses), quantile) / 100.0

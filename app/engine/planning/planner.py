@@ -134,22 +134,6 @@ def _replicas_before(candidate: Candidate, kth: _Rank | None) -> int:
     return k
 
 
-def _with_sample(runner: ProbeRunner, sample: ProbeSample) -> ProbeRunner:
-    """A runner like `runner` (same timer, cache, scheduler, SLOs, budget, prefix rate) serving
-    `sample`."""
-    return ProbeRunner(
-        sample,
-        runner.timer,
-        kv_capacity_tokens=runner.kv_capacity_tokens,
-        block_tokens=runner.block_tokens,
-        scheduler=runner.scheduler,
-        slo=runner.slo,
-        check_tpot=runner.check_tpot,
-        budget=runner.budget,
-        prefix_above_rps=runner.prefix_above_rps,
-    )
-
-
 def _notes(sample: ProbeSample, slo: Slo, seed: int) -> list[str]:
     notes = [
         f"each probe simulates {len(sample)} requests (seed {seed}); the p99 has "
@@ -377,7 +361,7 @@ def _search(candidate: Candidate, context: _Context, outcomes: _Outcomes) -> Non
     outcomes.simulations += runner.simulations
     searched = 0
     if search.replicas is not None and context.confirm_sample is not None:
-        confirmer = _with_sample(runner, context.confirm_sample)
+        confirmer = runner.like(sample=context.confirm_sample)
         confirmed = search_replicas(confirmer, demand, search.replicas, k_cap)
         outcomes.simulations += confirmer.simulations
         searched, runner = runner.simulations, confirmer

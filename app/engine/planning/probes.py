@@ -206,6 +206,22 @@ class ProbeRunner:
             self._bucket_masks.append((prompts > low) & (prompts <= bucket.max_prompt_tokens))
             low = bucket.max_prompt_tokens
 
+    def like(self, *, sample: ProbeSample | None = None, slo: Slo | None = None) -> ProbeRunner:
+        """A runner like this one (timer, cache, scheduler, budget, checks) serving `sample`
+        against `slo` (each this one's where None), with nothing simulated yet; the rate above
+        which a prefix may settle a miss carries over only with the same SLOs."""
+        return ProbeRunner(
+            self.sample if sample is None else sample,
+            self.timer,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            block_tokens=self.block_tokens,
+            scheduler=self.scheduler,
+            slo=self.slo if slo is None else slo,
+            check_tpot=self.check_tpot,
+            budget=self.budget,
+            prefix_above_rps=self.prefix_above_rps if slo is None else None,
+        )
+
     def run(self, requests_per_s: float) -> ProbeOutcome:
         """The outcome at `requests_per_s` per replica (simulated once per distinct rate)."""
         known = self._outcomes.get(requests_per_s)

@@ -174,16 +174,7 @@ def slowed_rate(
     slowdown x r, every latency `slowdown` times as long, so it sustains R(SLO / slowdown) /
     slowdown, R being `highest_rate`; None where no load meets the SLOs that slow. Its probes
     count in `runner.simulations` and draw on its budget."""
-    slowed = ProbeRunner(
-        runner.sample,
-        runner.timer,
-        kv_capacity_tokens=runner.kv_capacity_tokens,
-        block_tokens=runner.block_tokens,
-        scheduler=runner.scheduler,
-        slo=runner.slo.scaled(1.0 / slowdown),
-        check_tpot=runner.check_tpot,
-        budget=runner.budget,
-    )
+    slowed = runner.like(slo=runner.slo.scaled(1.0 / slowdown))
     try:
         met, _ = highest_rate(
             slowed,
