@@ -42,7 +42,7 @@ from app.engine.planning.probes import (
 from app.engine.planning.screening import Candidate, screen
 from app.engine.planning.search import highest_rate, slowed_rate
 from app.engine.specs import ModelSpec, SpecError
-from app.validation.record import basis_kind_of, family_of, shipped_record
+from app.validation.record import kind_of, shipped_record
 
 __all__ = [
     "DEFAULT_RELATIVE_TOLERANCE",
@@ -232,13 +232,8 @@ def _confident_rate(  # noqa: PLR0917 - the search's state, passed on
     TTFT and TPOT quantiles of answers of this kind under load; None where no published run
     informs them."""
     record = shipped_record()
-    kind = (
-        family_of(question.model),
-        str(question.offer.engine.name),
-        basis_kind_of(basis),
-        "under load",
-    )
-    k = record.answer_slowdown(*kind, confidence)
+    kind = kind_of(question.model, str(question.offer.engine.name), basis)
+    k = record.answer_slowdown(*kind, "under load", confidence)
     if k is None:
         return None
     rate = slowed_rate(

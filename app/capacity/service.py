@@ -46,7 +46,7 @@ from app.targets.service import (
     simulated_error,
     simulated_regime,
 )
-from app.validation.record import basis_kind_of, family_of
+from app.validation.record import family_of, kind_of
 from app.validation.schemas import error_interval_models
 
 __all__ = [
@@ -273,7 +273,7 @@ def answer(
         family=family_of(resolved.model),
     )
     regime = simulated_regime(outcome.saturated)
-    kind = (family_of(resolved.model), str(resolved.choice.engine.name), basis_kind_of(found.basis))
+    kind = kind_of(resolved.model, str(resolved.choice.engine.name), found.basis)
     intervals, unbounded = error_intervals(mode, (*kind, regime), SIMULATED_RECORD_METRICS)
     rows = _by_confidence(found, observed, body.headroom)
     at = {row.confidence: row for row in rows}

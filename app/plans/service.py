@@ -60,7 +60,7 @@ from app.targets.service import (
     resolve_model,
     simulated_error,
 )
-from app.validation.record import basis_kind_of, family_of, shipped_record
+from app.validation.record import family_of, kind_of, shipped_record
 from app.validation.schemas import ErrorInterval
 
 __all__ = [
@@ -384,7 +384,7 @@ def _ranked_at(plan: CapacityPlan, confidence: float) -> CapacityPlan:
     who asked for that confidence provisions first."""
 
     def cost(candidate: CandidatePlan) -> tuple[float, float]:
-        sized = next((c for c in candidate.by_confidence if c.confidence == confidence), None)
+        sized = candidate.sized_at(confidence)
         at = sized.cost_per_hour_usd if sized is not None else None
         timed = candidate.cost_per_hour_usd
         return (math.inf if at is None else at, math.inf if timed is None else timed)
@@ -435,7 +435,7 @@ def _candidate(candidate: CandidatePlan, job: PlanJob) -> dict[str, Any]:
         basis=candidate.basis,
         family=family_of(job.model),
     )
-    kind = (family_of(job.model), str(offer.engine.name), basis_kind_of(candidate.basis))
+    kind = kind_of(job.model, str(offer.engine.name), candidate.basis)
     intervals, unbounded = error_intervals(mode, (*kind, "under load"), SIMULATED_RECORD_METRICS)
     read = _read(CandidateRead, candidate)
     read["expected_error_pct"] = errors
@@ -478,7 +478,7 @@ def _summary(plan: CapacityPlan, confidence: float | None) -> dict[str, Any]:
         "gpus_total": best.gpus_total,
         "cost_per_hour_usd": best.cost_per_hour_usd,
     }
-    sized = next((c for c in best.by_confidence if c.confidence == confidence), None)
+    sized = best.sized_at(confidence)
     if sized is not None:
         summary |= {
             "confidence": confidence,

@@ -260,8 +260,11 @@ SIMULATED_METRICS = {"ttft": "prefill", "tpot": "decode"}
 PHASE_METRICS = {"prefill": "ttft_ms", "decode": "tpot_ms"}
 """An estimate's phases and the published metric the validation record judges each by."""
 
-SIMULATED_RECORD_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms"}
-"""A simulation's metrics and the published metric the validation record judges each by."""
+SIMULATED_RECORD_METRICS = {
+    metric: PHASE_METRICS[phase] for metric, phase in SIMULATED_METRICS.items()
+}
+"""A simulation's metrics and the published metric the validation record judges each by (that
+of the phase each comes from)."""
 
 
 def simulated_regime(saturated: bool) -> str:

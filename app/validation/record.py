@@ -53,6 +53,7 @@ __all__ = [
     "family_of",
     "held_out",
     "interval_of",
+    "kind_of",
     "regime_of",
     "shipped",
     "shipped_record",
@@ -449,6 +450,12 @@ def family_of(model: ModelSpec) -> str:
     if model.moe is not None:
         return "gpt-oss" if model.attention_sinks else "moe"
     return "dense"
+
+
+def kind_of(model: ModelSpec, engine: str, basis: Mapping[str, str]) -> tuple[str, str, str]:
+    """(family, engine, basis kind) of an answer for `model` under `engine` whose op families
+    `basis` names: the kind the record groups it by, but for its regime."""
+    return (family_of(model), engine, basis_kind_of(basis))
 
 
 def basis_kind(cost: StepCostModel) -> str:

@@ -123,6 +123,10 @@ class CandidatePlan:
     by_confidence: tuple[ConfidentPlan, ...] = ()
     """A planned candidate sized at each of its GPU's confidences (`GpuOffer.slowdowns`)."""
 
+    def sized_at(self, confidence: float | None) -> ConfidentPlan | None:
+        """Its sizing at `confidence`, where it has one."""
+        return next((c for c in self.by_confidence if c.confidence == confidence), None)
+
     @property
     def feasible(self) -> bool:
         return self.status is CandidateStatus.PLANNED
