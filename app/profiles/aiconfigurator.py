@@ -187,33 +187,49 @@ def _batch_token_grid(cells: Mapping[tuple[float, float], float]) -> dict[str, A
     return {"batch": batches, "tokens": lengths, "ms": ms}
 
 
-def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
-    layouts: dict[tuple[DType, int, int, int], dict[tuple[float, float], float]] = defaultdict(dict)
+def _batch_token_tables(
+    rows: Iterable[dict[str, Any]],
+    *,
+    decode: bool,
+    layout: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """Tables of a layer's time by (batch, tokens): tokens is the prompt (prefill) or the
+    context (decode); one table per `layout` a row names (its identifying fields; None: a row
+    not kept), the fastest kernel per cell, in order of those fields."""
+    layouts: dict[tuple[tuple[str, Any], ...], dict[tuple[float, float], float]] = defaultdict(dict)
     for row in rows:
-        kv_dtype = _DTYPES.get(row["kv_cache_dtype"])
-        if kv_dtype is None or row.get("window_size", 0) or row["attn_dtype"] != "bfloat16":
-            continue
-        if row.get("beam_width", 1) != 1 or row["head_dim"] not in _HEAD_DIMS:
+        fields = layout(row)
+        if fields is None:
             continue
         tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
-        key = (kv_dtype, row["num_heads"], row["num_key_value_heads"], row["head_dim"])
         cell = (float(row["batch_size"]), tokens)
-        _keep_fastest(layouts[key], cell, row["latency"])
+        _keep_fastest(layouts[tuple(fields.items())], cell, row["latency"])
     tables = []
-    for (kv_dtype, heads, kv_heads, head_dim), cells in sorted(layouts.items()):
+    for key, cells in sorted(layouts.items()):
         grid = _batch_token_grid(cells)
-        if heads % kv_heads or grid is None:
-            continue
-        tables.append(
-            {
-                "kv_dtype": kv_dtype.value,
-                "heads": heads,
-                "kv_heads": kv_heads,
-                "head_dim": head_dim,
-                **grid,
-            }
-        )
+        if grid is not None:
+            tables.append({**dict(key), **grid})
     return tables
+
+
+def _attention_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
+    def layout(row: dict[str, Any]) -> dict[str, Any] | None:
+        kv_dtype = _DTYPES.get(row["kv_cache_dtype"])
+        if kv_dtype is None or row.get("window_size", 0) or row["attn_dtype"] != "bfloat16":
+            return None
+        if row.get("beam_width", 1) != 1 or row["head_dim"] not in _HEAD_DIMS:
+            return None
+        heads, kv_heads = row["num_heads"], row["num_key_value_heads"]
+        if heads % kv_heads:
+            return None
+        return {
+            "kv_dtype": kv_dtype.value,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "head_dim": row["head_dim"],
+        }
+
+    return _batch_token_tables(rows, decode=decode, layout=layout)
 
 
 def _all_reduce_table(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -311,48 +327,33 @@ _MLA_MODEL = "deepseek-ai/DeepSeek-V3"
 def _mla_module_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
     """DeepSeek-V3's MLA module per layer by (batch, tokens), per (KV format, weight format,
     heads on the GPU); the fastest attention backend per shape (the engine picks its best)."""
-    layouts: dict[tuple[DType, DType, int], dict[tuple[float, float], float]] = defaultdict(dict)
-    for row in rows:
+
+    def layout(row: dict[str, Any]) -> dict[str, Any] | None:
         kv_dtype, weight_dtype = _DTYPES.get(row["kv_cache_dtype"]), _DTYPES.get(row["gemm_type"])
         if kv_dtype is None or weight_dtype is None or row["model"] != _MLA_MODEL:
-            continue
+            return None
         if row["mla_dtype"] != "bfloat16" or row.get("tp_size", 1) != 1:
-            continue
-        tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
-        cell = (float(row["batch_size"]), tokens)
-        _keep_fastest(layouts[(kv_dtype, weight_dtype, row["num_heads"])], cell, row["latency"])
-    tables = []
-    for (kv_dtype, weight_dtype, heads), cells in sorted(layouts.items()):
-        grid = _batch_token_grid(cells)
-        if grid is not None:
-            tables.append(
-                {
-                    "kv_dtype": kv_dtype.value,
-                    "weight_dtype": weight_dtype.value,
-                    "heads": heads,
-                    **grid,
-                }
-            )
-    return tables
+            return None
+        return {
+            "kv_dtype": kv_dtype.value,
+            "weight_dtype": weight_dtype.value,
+            "heads": row["num_heads"],
+        }
+
+    return _batch_token_tables(rows, decode=decode, layout=layout)
 
 
 def _mla_kernel_tables(rows: Iterable[dict[str, Any]], *, decode: bool) -> list[dict[str, Any]]:
     """The MLA attention kernel per layer by (batch, tokens), per (KV format, heads on the GPU);
     the fastest kernel per shape."""
-    layouts: dict[tuple[DType, int], dict[tuple[float, float], float]] = defaultdict(dict)
-    for row in rows:
+
+    def layout(row: dict[str, Any]) -> dict[str, Any] | None:
         kv_dtype = _DTYPES.get(row["kv_cache_dtype"])
         if kv_dtype is None or row["mla_dtype"] != "bfloat16":
-            continue
-        tokens = float(row["isl"] + row["step"]) if decode else float(row["isl"])
-        cell = (float(row["batch_size"]), tokens)
-        _keep_fastest(layouts[(kv_dtype, row["num_heads"])], cell, row["latency"])
-    tables = []
-    for (kv_dtype, heads), cells in sorted(layouts.items()):
-        grid = _batch_token_grid(cells)
-        if grid is not None:
-            tables.append({"kv_dtype": kv_dtype.value, "heads": heads, **grid})
-    return tables
+            return None
+        return {"kv_dtype": kv_dtype.value, "heads": row["num_heads"]}
+
+    return _batch_token_tables(rows, decode=decode, layout=layout)
 
 
 _BMM_STAGES = {"mla_gen_pre": "pre", "mla_gen_post": "post"}
