@@ -240,24 +240,31 @@ class Communication:
         self,
         allreduce_s_per_token: float,
         allreduce_latency_s: float,
-        layout: tuple[float, float, float] | None,
+        layout: tuple[float, float, float, float] | None,
         dp: int,
     ) -> None:
         self.allreduce_s_per_token = allreduce_s_per_token
         self.allreduce_latency_s = allreduce_latency_s
         self.has_layout = layout is not None
-        self.layout_s_per_token, self.layout_latency_s, self.stage_s_per_token = layout or (
-            0.0,
-            0.0,
-            0.0,
-        )
+        (
+            self.layout_s_per_token,
+            self.layout_latency_s,
+            self.stage_s_per_token,
+            self.stage_latency_s,
+        ) = layout or (0.0, 0.0, 0.0, 0.0)
+        """`stage_latency_s`: the pipeline hand-offs' part of `layout_latency_s`."""
         self.dp = dp
 
-    def layout_terms(self) -> tuple[float, float, float] | None:
+    def layout_terms(self) -> tuple[float, float, float, float] | None:
         """The layout's terms as the constructor takes them (None: a plain tp layout)."""
         if not self.has_layout:
             return None
-        return self.layout_s_per_token, self.layout_latency_s, self.stage_s_per_token
+        return (
+            self.layout_s_per_token,
+            self.layout_latency_s,
+            self.stage_s_per_token,
+            self.stage_latency_s,
+        )
 
     def tensor_parallel(self, tokens: float) -> float:
         """The all-reduces of a rank's `tokens` within its TP group (0 s without tp)."""

@@ -594,9 +594,10 @@ def layout_communication(
     deployment: Deployment,
     efficiency: Efficiency,
     c: OpCoefficients,
-) -> tuple[float, float, float]:
-    """(seconds per replica token, seconds per step, seconds per rank token) of the exchanges a
-    layout adds to the TP all-reduces, over the link tier each group of GPUs reaches:
+) -> tuple[float, float, float, float]:
+    """(seconds per replica token, seconds per step, seconds per rank token, the part of the
+    seconds per step that the pipeline hand-offs take) of the exchanges a layout adds to the TP
+    all-reduces, over the link tier each group of GPUs reaches:
 
     - ep: per MoE layer a dispatch and a combine all-to-all; each GPU sends its 1/(tp x dp)
       share of the tokens to k experts, (ep - 1)/ep of them elsewhere: 2 x k x d x
@@ -621,10 +622,11 @@ def layout_communication(
         step = allreduce_seconds(0.0, shards, tier, efficiency)
         per_token = (allreduce_seconds(d * act_b, shards, tier, efficiency) - step) * moe_layers
         latency = step * moe_layers
-    stage = 0.0
+    stage = stage_latency = 0.0
     if deployment.pp > 1:
         tier = link.tier(deployment.gpus)
         bandwidth = tier.unidirectional_bytes_per_s * efficiency.communication
         stage = (deployment.pp - 1) * d * act_b / bandwidth
-        latency += (deployment.pp - 1) * tier.latency_s
-    return per_token, latency, stage
+        stage_latency = (deployment.pp - 1) * tier.latency_s
+        latency += stage_latency
+    return per_token, latency, stage, stage_latency

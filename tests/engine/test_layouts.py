@@ -76,14 +76,16 @@ def test_ep_all_to_all_by_hand() -> None:
     its 1/8 share, over 450 GB/s one way; two latencies per layer."""
     layout = replace(FP8, dp=8, ep=8)
     c = op_coefficients(DEEPSEEK, layout, DType.BF16)
-    per_token, latency, stage = layout_communication(DEEPSEEK, H200, layout, IDEAL_EFFICIENCY, c)
+    per_token, latency, stage, stage_latency = layout_communication(
+        DEEPSEEK, H200, layout, IDEAL_EFFICIENCY, c
+    )
     assert per_token == pytest.approx(58 * 2 * 8 * 7168 * 2 * (7 / 8) / 8 / 450e9)
     assert latency == pytest.approx(58 * 2 * 1e-6)
-    assert stage == 0.0
+    assert stage == stage_latency == 0.0
     # Across two boards (ep 16) the exchange runs at the NIC's 50 GB/s.
     wide = replace(FP8, dp=16, ep=16)
     c16 = op_coefficients(DEEPSEEK, wide, DType.BF16)
-    per_token16, latency16, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c16)
+    per_token16, latency16, _, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c16)
     assert per_token16 == pytest.approx(58 * 2 * 8 * 7168 * 2 * (15 / 16) / 16 / 50e9)
     assert latency16 == pytest.approx(58 * 2 * 5e-6)
 
@@ -181,8 +183,8 @@ def test_an_nvl72_rack_keeps_wide_expert_parallelism_on_nvlink() -> None:
     )
     wide = replace(FP8, dp=16, ep=16)
     c = op_coefficients(DEEPSEEK, wide, DType.BF16)
-    rack, _, _ = layout_communication(DEEPSEEK, nvl72, wide, IDEAL_EFFICIENCY, c)
-    board, _, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c)
+    rack, _, _, _ = layout_communication(DEEPSEEK, nvl72, wide, IDEAL_EFFICIENCY, c)
+    board, _, _, _ = layout_communication(DEEPSEEK, H200, wide, IDEAL_EFFICIENCY, c)
     assert board / rack == pytest.approx(900e9 / 50e9)
 
 

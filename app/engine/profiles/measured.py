@@ -258,7 +258,6 @@ class MeasuredCommunication(Communication):
         exchange: Curve | None = None,
         exchange_bytes_per_token: float = 0.0,
         exchanges: int = 0,
-        stage_latency_s: float = 0.0,
     ) -> None:
         super().__init__(
             roofline.allreduce_s_per_token,
@@ -273,8 +272,6 @@ class MeasuredCommunication(Communication):
         self.exchange = exchange
         self.exchange_bytes_per_token = exchange_bytes_per_token
         self.exchanges = exchanges
-        self.stage_latency_s = stage_latency_s
-        """The pipeline hand-offs' latency per step, which the measured exchange leaves out."""
 
     def tensor_parallel(self, tokens: float) -> float:
         curve = self.curve
@@ -295,6 +292,7 @@ class MeasuredCommunication(Communication):
         found = exchange.at(size if size > smallest else smallest)
         if found is None:
             return Communication.layout(self, replica_tokens)
+        # The measured exchange holds its own latency; the pipeline hand-offs' stays.
         return (
             found * self.exchanges
             + replica_tokens / self.dp * self.stage_s_per_token

@@ -336,11 +336,6 @@ class ProfiledStepCost(StepCostModel):
             exchange = self._all_to_all_curve()
         if all_reduce is None and exchange is None:
             return False
-        stage_latency_s = 0.0
-        if deployment.pp > 1:
-            stage_latency_s = (deployment.pp - 1) * self.gpu.interconnect.tier(
-                deployment.gpus
-            ).latency_s
         self.communication = MeasuredCommunication(
             self.communication,
             all_reduce,
@@ -349,7 +344,6 @@ class ProfiledStepCost(StepCostModel):
             exchange,
             self._exchange_bytes_per_token(),
             2 * self.coefficients.moe_layers,
-            stage_latency_s,
         )
         # The layout's other exchanges (dp without ep; pp's hand-offs, for which the database
         # has no point-to-point table) stay the roofline's.
