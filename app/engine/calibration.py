@@ -107,8 +107,17 @@ class CalibrationPoint:
 
 def unit_efficiency(efficiency: Efficiency) -> Efficiency:
     """`efficiency` with compute and memory at 100 % and no overhead (communication kept): the
-    efficiency to build the `StepCostModel` whose breakdowns `decompose` takes."""
-    return replace(efficiency, gemm=1.0, attention=1.0, memory=1.0, overhead_ms=0.0)
+    efficiency to build the `StepCostModel` whose breakdowns `decompose` takes. Never
+    `IDEAL_EFFICIENCY` (its source says what it is): the ideal roofline has no norm and
+    activation kernels, a decomposed step keeps them."""
+    return replace(
+        efficiency,
+        gemm=1.0,
+        attention=1.0,
+        memory=1.0,
+        overhead_ms=0.0,
+        source=f"unit, to decompose steps at (from: {efficiency.source})",
+    )
 
 
 def decompose(step: StepTime, measured_ms: float, phase: str = "") -> CalibrationPoint:

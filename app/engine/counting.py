@@ -69,6 +69,17 @@ class OpClass(StrEnum):
     PREFILL_ATTENTION = "prefill_attention"
     DECODE_ATTENTION = "decode_attention"
     LM_HEAD = "lm_head"
+    ELEMENTWISE = "elementwise"
+
+
+KERNEL_LATENCY_S = 3e-6
+"""The fixed time of one memory-bound kernel beside its bytes (launch inside a CUDA graph, the
+first wave, the tail): aiconfigurator-core 0.12.0's `mem_empirical_constant_latency`, 3 us on
+every GPU it models (systems/*.yaml), which its step models add to each norm and activation."""
+
+KERNEL_LATENCY_MEMORY_EFFICIENCY = 0.8
+"""The bandwidth efficiency aiconfigurator-core times those kernels' bytes at
+(`mem_bw_empirical_scaling_factor`, the same files) beside that latency."""
 
 
 LINEAR_OP_CLASSES = frozenset(
@@ -322,6 +333,13 @@ class OpCoefficients(NamedTuple):
     and after each dense FFN, and after each MoE layer unless its experts span more GPUs (dp or
     ep: `app.engine.step_cost` times those exchanges)."""
     allreduces_per_step: int
+    # norms, residual adds and activations: memory-bound kernels of their own
+    elementwise_kernels: float
+    """Kernels per step on one GPU outside the GEMMs and attention: two fused residual-add +
+    RMSNorm per layer, the gated activation of each dense FFN and shared expert, MLA's two
+    latent norms, the router's top-k of each MoE layer."""
+    elementwise_bytes_per_token: float
+    """What those kernels read and write per token through the layer."""
     linear_flops_per_token: float
     """All linear FLOPs per token (QKV, O, FFN, router, experts), excluding the LM head."""
 
@@ -390,6 +408,20 @@ def op_coefficients(
     qkv_flops = 2.0 * d * qkv_width * layers
     o_flops = 2.0 * o_width * d * layers
     ffn_flops = 2.0 * matrices * d * ffn_width * dense_layers
+    # Per layer two fused residual-add + RMSNorm kernels (read x and the residual, write
+    # both: 4 d), as vLLM's, SGLang's and TensorRT-LLM's decoder layers run them; the gated
+    # (or plain) activation of a dense FFN reads the up projection's outputs and writes
+    # f / tp (matrices x f / tp in all); an MoE layer's router top-k and its shared experts'
+    # activation (the routed experts' is fused into the MoE kernel).
+    shared_activation = matrices * shared_width if moe is not None else 0.0
+    elementwise_kernels = (
+        2.0 * layers + dense_layers + moe_layers * (1.0 + (1.0 if shared_activation else 0.0))
+    )
+    elementwise_bytes = (
+        8.0 * d * layers
+        + matrices * ffn_width * dense_layers
+        + (num_experts / tp + shared_activation) * moe_layers
+    ) * act_b
     # Megatron TP: one all-reduce of d per token after attention and one after each FFN; an
     # MoE layer whose experts span dp or ep exchanges tokens instead (step_cost).
     tp_moe_layers = moe_layers if shards == tp and deployment.ep == 1 else 0
@@ -433,6 +465,8 @@ def op_coefficients(
         window_tokens=model.sliding_window,
         allreduce_bytes_per_token=allreduces * d * act_b,
         allreduces_per_step=allreduces,
+        elementwise_kernels=elementwise_kernels,
+        elementwise_bytes_per_token=elementwise_bytes,
         linear_flops_per_token=qkv_flops + o_flops + ffn_flops + router_flops + expert_flops,
     )
 
@@ -491,6 +525,10 @@ def _mla_coefficients(
         decode_qo_bytes_per_sequence=heads * (2 * latent + rope) * qo_b * layers,
         prefill_expand_flops_per_token=2.0 * latent * heads * (nope + v) * layers,
         decode_absorb_flops_per_sequence=2.0 * heads * latent * (nope + v) * layers,
+        # q_a_layernorm (with a query rank) and kv_a_layernorm on the latents, read and written.
+        elementwise_kernels=base.elementwise_kernels + (2 if mla.q_lora_rank else 1) * layers,
+        elementwise_bytes_per_token=base.elementwise_bytes_per_token
+        + 2.0 * (mla.q_lora_rank + latent) * act_b * layers,
         linear_flops_per_token=base.linear_flops_per_token
         - base.qkv_flops_per_token
         - base.o_flops_per_token

@@ -12,6 +12,7 @@ families by measured ones and keeps this step.
 Per GPU of a tensor-parallel group, a step takes
 
     sum over op classes of max(FLOPs / (peak * eta_compute), bytes / (bandwidth * eta_memory))
+    + norms and activations: kernels x 3 us + their bytes / (bandwidth * eta_memory)
     + tensor-parallel all-reduces + layout exchanges + overhead            (docs/model.md)
 
 GEMMs (QKV, O, FFN, experts) compute in `compute_dtype_for(weight_dtype)` at `efficiency.gemm`;
@@ -32,6 +33,8 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar, cast
 
 from app.engine.counting import (
+    KERNEL_LATENCY_MEMORY_EFFICIENCY,
+    KERNEL_LATENCY_S,
     CountTotals,
     OpClass,
     OpCoefficients,
@@ -215,6 +218,20 @@ class StepCostModel:
             activation_rate,
             bandwidth,
         )
+        # Norms, residual adds and activations (no table measures them): each kernel's fixed
+        # latency once per step, its bytes per token. The latency is charged as memory time,
+        # `KERNEL_LATENCY_S` at the bandwidth efficiency aiconfigurator-core assumes with it,
+        # so that a calibration fitting `efficiency.memory` scales it with the other
+        # memory-bound work (and decomposes it exactly, `app.engine.calibration`).
+        # The ideal roofline (the seeds' model, `IDEAL_EFFICIENCY`) has none.
+        kernel_s = KERNEL_LATENCY_S * KERNEL_LATENCY_MEMORY_EFFICIENCY / efficiency.memory
+        ideal = efficiency == IDEAL_EFFICIENCY
+        self.elementwise = LinearOp(
+            OpClass.ELEMENTWISE,
+            0.0,
+            0.0 if ideal else c.elementwise_kernels * kernel_s,
+            0.0 if ideal else c.elementwise_bytes_per_token / bandwidth,
+        )
         self.prefill_attention = PrefillAttention.of(c, attention_rate, bandwidth)
         self.decode_attention = DecodeAttention.of(c, attention_rate, bandwidth)
         # All-reduces: the bandwidth term grows with tokens, the latency term is per step.
@@ -361,6 +378,8 @@ class StepCostModel:
             total += _add(record, OpClass.MOE_ROUTER, compute_s, memory_s)
             compute_s, memory_s = self.experts.parts(replica_tokens)
             total += _add(record, OpClass.MOE_EXPERTS, compute_s, memory_s)
+        compute_s, memory_s = self.elementwise.parts(rows)
+        total += _add(record, OpClass.ELEMENTWISE, compute_s, memory_s)
         if sequences > 0:
             compute_s, memory_s = self.lm_head.parts(sequences)
             total += _add(record, OpClass.LM_HEAD, compute_s, memory_s)

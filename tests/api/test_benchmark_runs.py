@@ -25,8 +25,9 @@ from tests.conftest import AUTH
 
 SEED_RUN = "ref-seed000-a100-sxm4-80gb-llama-3-8b"
 # docs/model.md and app/catalog/data/efficiency.json: the A100 default's residuals on article A's
-# five TTFTs, -3.7 %, +6.8 %, -4.9 %, +0.9 %, +1.2 % (MAPE 3.5 %).
-SEED_ERRORS_PCT = [-3.7, 6.8, -4.9, 0.9, 1.2]
+# five TTFTs, +0.2 %, +10.4 %, -3.0 %, +2.3 %, +2.4 % (MAPE 3.6 %), with the norm and activation
+# kernels charged (fitted without them: -3.7 %, +6.8 %, -4.9 %, +0.9 %, +1.2 %, MAPE 3.5 %).
+SEED_ERRORS_PCT = [0.2, 10.4, -3.0, 2.3, 2.4]
 
 # The job's tiny CPU architecture: 2 layers, d=256, 4 query heads over 2 KV heads of 64, gated
 # FFN of 512, vocabulary 1000. Per layer: Q and O 2*256*256, K and V 2*256*128, FFN 3*256*512,
@@ -214,7 +215,7 @@ def test_seed_a100_run_validates_within_10_percent(client: TestClient) -> None:
     errors = [point["error_pct"] for point in report["points"]]
     assert errors == [pytest.approx(e, abs=0.06) for e in SEED_ERRORS_PCT]
     assert report["mape_pct"] < 10.0  # docs/model.md's acceptance figure
-    assert report["mape_pct"] == pytest.approx(3.5, abs=0.05)
+    assert report["mape_pct"] == pytest.approx(3.6, abs=0.05)
     for point in report["points"]:
         expected = (point["estimated_ms"] - point["measured_ms"]) / point["measured_ms"] * 100
         assert point["error_pct"] == pytest.approx(expected, rel=1e-12)
@@ -230,8 +231,9 @@ def test_run_outside_the_catalog_is_compared_with_its_microbenchmarks(client: Te
     """At the measured peaks (1e12 FLOP/s, 1e11 B/s), 100 % and no overhead:
     prefill of 512 tokens is compute-bound but for the LM head's weight read:
     (2 * 1,179,648 * 512 linear + 4 * 256 * (512 * 513 / 2) * 2 attention) / 1e12
-    + 256,000 * 4 B / 1e11 = 1.4769 + 0.0102 ms; decode at batch 1 is memory-bound:
-    (1,435,648 weights * 4 B + 2 * 2 * 2 * 64 * 4 B * (c + 1) KV) / 1e11 (activations ~0.5 %)."""
+    + 256,000 * 4 B / 1e11 = 1.4769 + 0.0102 ms, plus the norms and activations; decode at
+    batch 1 is memory-bound: (1,435,648 weights * 4 B + 2 * 2 * 2 * 64 * 4 B * (c + 1) KV) / 1e11
+    (activations ~0.5 %), plus the same."""
     run = upload(client, run_document())
     report = client.get(f"/v1/benchmark-runs/{run['id']}/validation").json()
     basis = report["gpu_basis"]
@@ -240,11 +242,15 @@ def test_run_outside_the_catalog_is_compared_with_its_microbenchmarks(client: Te
     assert (efficiency["gemm"], efficiency["memory"], efficiency["overhead_ms"]) == (1, 1, 0)
     prefill_ms = (2 * 1_179_648 * 512 + 4 * 256 * (512 * 513 / 2) * 2) / 1e12 * 1e3
     prefill_ms += 256_000 * 4 / 1e11 * 1e3
-    weights_bytes = (1_179_648 + 256_000) * 4
+    # Norms and activations: per layer two residual-add + RMSNorms and the SwiGLU, 6 kernels at
+    # 3 us x 0.8 and (8 d + 3 f) fp32 elements a token per layer: 28,672 bytes a token.
+    kernels_ms, elementwise_bytes = 6 * 3e-3 * 0.8, (8 * 256 + 3 * 512) * 2 * 4
+    prefill_ms += kernels_ms + 512 * elementwise_bytes / 1e11 * 1e3
+    weights_bytes = (1_179_648 + 256_000) * 4 + elementwise_bytes
     expected = [
         prefill_ms,
-        (weights_bytes + 2048 * 513) / 1e11 * 1e3,
-        (weights_bytes + 2048 * 2049) / 1e11 * 1e3,
+        kernels_ms + (weights_bytes + 2048 * 513) / 1e11 * 1e3,
+        kernels_ms + (weights_bytes + 2048 * 2049) / 1e11 * 1e3,
     ]
     points = report["points"]
     assert [p["position"] for p in points] == [0, 1, 2]  # the skipped point is left out

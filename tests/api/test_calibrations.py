@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,8 +30,9 @@ from tests.conftest import AUTH
 
 A100 = "a100-sxm4-80gb"
 PATH = f"/v1/gpus/{A100}/calibrations"
-# app/catalog/data/efficiency.json: the A100 default's MAPE on article A's table is 3.5 %.
-SEED_MAPE_PCT = 3.5
+# app/catalog/data/efficiency.json: the A100 default's MAPE on article A's table is 3.6 % (3.5 %
+# as fitted, before the norm and activation kernels were charged).
+SEED_MAPE_PCT = 3.6
 
 
 def _calibrate(
@@ -81,7 +83,14 @@ def test_calibration_on_the_seed_run_lowers_its_error_and_applies(client: TestCl
     assert client.get(f"{PATH}/{body['id']}").json() == body
 
 
+def _log_loss(client: TestClient) -> float:
+    """What the fit minimises on the seed run: the sum of squared log errors of its points."""
+    report = client.get(f"/v1/benchmark-runs/{SEED_RUN}/validation").json()
+    return sum(math.log(p["estimated_ms"] / p["measured_ms"]) ** 2 for p in report["points"])
+
+
 def test_fitting_a_subset_keeps_the_other_values(client: TestClient) -> None:
+    loss_before = _log_loss(client)
     body = _calibrate(client, {"run_ids": [SEED_RUN], "parameters": ["overhead_ms"]}).json()
     before, after = body["before"], body["efficiency"]
     assert body["parameters"] == ["overhead_ms"]
@@ -92,7 +101,9 @@ def test_fitting_a_subset_keeps_the_other_values(client: TestClient) -> None:
         before["memory"],
     )
     assert after["overhead_ms"] != before["overhead_ms"]
-    assert body["after_mape_pct"] <= body["before_mape_pct"]
+    # The fit minimises the log error (its MAPE may move either way by a little).
+    assert _log_loss(client) < loss_before
+    assert body["after_mape_pct"] < 10.0
 
 
 def test_history_is_newest_first_and_chains_versions(client: TestClient) -> None:

@@ -165,8 +165,9 @@ def test_engines_give_different_answers_each_from_its_own_kernels(client: TestCl
         engine: client.post("/v1/estimates/prefill", json=PREFILL | {"engine": engine}).json()
         for engine in ("vllm", "sglang", "trtllm", "roofline")
     }
-    # vLLM waits 0.8 ms per layer to dispatch a new request's prefill: 32 layers of Llama-3-8B.
-    assert times["vllm"]["ttft_ms"] - times["sglang"]["ttft_ms"] > 20
+    # No engine waits per layer to dispatch a prefill any more (vLLM's was 0.8 ms: 25.6 ms of
+    # Llama-3-8B's 32 layers); each is timed by its own GEMM and attention tables.
+    assert abs(times["vllm"]["ttft_ms"] - times["sglang"]["ttft_ms"]) < 20
     assert len({round(t["ttft_ms"], 3) for t in times.values()}) == 4
 
 

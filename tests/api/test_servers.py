@@ -169,7 +169,14 @@ def test_heavy_work_is_admitted_refused_and_cancelled(tmp_path: Path) -> None:
                 first = asyncio.ensure_future(
                     client.post(f"{base}/v1/simulations", json=LONG_SIMULATION, headers=AUTH)
                 )
-                await asyncio.sleep(1.0)
+                # Wait until the server holds it (a loaded machine may take over a second).
+                for _ in range(200):
+                    metrics = (await client.get(f"{base}/metrics")).text
+                    if "ridgeline_heavy_jobs_admitted 1.0" in metrics:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    pytest.fail("the long simulation was never admitted")
                 refused = await client.post(f"{base}/v1/simulations", json=SHORT_SIMULATION)
                 assert refused.status_code == 429, refused.text
                 assert refused.headers["content-type"] == "application/problem+json"

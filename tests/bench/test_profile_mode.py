@@ -52,7 +52,7 @@ def test_profile_mode_writes_a_profile_the_service_takes(
     assert measured == 6 * 5  # every M for each of the five linear layers, nothing else
     (prefill,) = document.prefill_attention
     assert (prefill.heads, prefill.kv_heads, prefill.head_dim) == (32, 8, 128)
-    assert document.overhead.prefill_per_layer_ms == 0.8  # vLLM's documented default
+    assert document.overhead.prefill_per_layer_ms == 0.0  # vLLM V1: no per-layer dispatch (policy)
     response = client.post("/v1/profiles", json=json.loads(out.read_text()), headers=AUTH)
     assert response.status_code == 201, response.text
     answer = client.post(

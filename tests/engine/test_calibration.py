@@ -134,10 +134,9 @@ def test_a_value_no_point_depends_on_stays_put() -> None:
 def test_fit_stops_at_its_bounds() -> None:
     """Steps measured at half of the ideal time need efficiencies of 2: they end at 1 and the
     overhead at 0, the closest the bounds allow."""
-    ideal = StepCostModel(LLAMA3_8B, A100)
     unit = StepCostModel(LLAMA3_8B, A100, efficiency=unit_efficiency(START))
     points = [
-        decompose(unit.breakdown(load), ideal.seconds(load) * 1000.0 / 2.0, phase)
+        decompose(unit.breakdown(load), unit.seconds(load) * 1000.0 / 2.0, phase)
         for phase, load in LOADS
     ]
     result = fit_efficiency(points, START)

@@ -23,7 +23,8 @@ Per GPU of the tensor-parallel group, a step takes
     + the engine's overhead(sequences, tokens)
 
 and each request's first token waits `request_overhead_s` more: the engine's per-layer dispatch
-of a new request's prefill, which kernel timings do not see (vLLM: 0.8 ms a layer).
+of a new request's prefill, which kernel timings do not see (none by default; a calibration to
+serving runs fits it).
 
 A decode-only step runs at the engine's next CUDA-graph batch size up (its policy's
 `graph_sizes`, `app.engine.serving`).
