@@ -33,7 +33,7 @@ from app.engine.memory import memory_plan
 from app.engine.params import count_params
 from app.engine.profiles import Profile, ProfiledStepCost
 from app.engine.serving import ServingEngine, parse_engine
-from app.engine.simulation import kv_capacity_tokens, simulate
+from app.engine.simulation import ClosedLoop, kv_capacity_tokens, simulate
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import Trace
@@ -162,10 +162,13 @@ def compare(
                 point["output_tokens"],
             )
             estimates: dict[str, float] = {}
-            if "ttft_ms" in point["measured"]:
+            if _closed(point):
+                estimates = _closed_loop(point, cost)
+            elif "ttft_ms" in point["measured"]:
                 prefill = estimate_prefill(cost, prompt_tokens=prompt, batch_size=batch)
                 estimates["ttft_ms"] = prefill.ttft_ms
-            if {"tpot_ms", "e2e_ms"} & point["measured"].keys() and output > 1:
+            wants_request = {"tpot_ms", "e2e_ms"} & point["measured"].keys() and output > 1
+            if not _closed(point) and wants_request:
                 request = estimate_request(
                     cost, prompt_tokens=prompt, output_tokens=output, batch_size=batch
                 )
@@ -192,6 +195,56 @@ def compare(
                     )
                 )
     return found
+
+
+def _closed(point: dict[str, Any]) -> bool:
+    """Whether the run was a closed loop of users (`vllm bench serve --max-concurrency`,
+    InferenceX's sweeps): its TTFT and TPOT are the loop's means, simulated."""
+    return bool(point.get("load", {}).get("kind") == "closed")
+
+
+def _closed_loop(point: dict[str, Any], cost: StepCostModel) -> dict[str, float]:
+    """Mean TTFT and TPOT of `load.concurrency` users sending `load.num_requests` requests of
+    the run's nominal lengths drawn uniformly from `range_ratio` x length up to the length
+    (the benchmark clients' random dataset; seeded), one replica with its engine's default
+    scheduler and the KV cache 90 % of the memory leaves."""
+    load = point["load"]
+    count, users = int(load["num_requests"]), int(load["concurrency"])
+    engine = (
+        cost.profile.serving_engine
+        if isinstance(cost, ProfiledStepCost)
+        else parse_engine(point["engine"])
+    )
+    model, gpu, deployment = cost.model, cost.gpu, cost.deployment
+    config = engine.policy.scheduler(engine.version, gpu, model.max_context_tokens)
+    memory = memory_plan(
+        model,
+        gpu,
+        deployment,
+        gpu_memory_utilization=OFFLINE_MEMORY_SHARE,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+    )
+    rng = np.random.default_rng(0)
+    ratio = float(load.get("range_ratio", 1.0))
+
+    def lengths(nominal: int) -> Any:
+        return rng.integers(math.floor(nominal * ratio), nominal + 1, size=count)
+
+    trace = Trace(
+        arrival_s=np.zeros(count),
+        prompt_tokens=lengths(int(load["input_tokens"])),
+        output_tokens=lengths(int(load["output_tokens"])),
+    )
+    result = simulate(
+        trace,
+        cost,
+        kv_capacity_tokens=kv_capacity_tokens(memory, OFFLINE_BLOCK_TOKENS),
+        block_tokens=OFFLINE_BLOCK_TOKENS,
+        scheduler=config.for_ranks(deployment.dp),
+        closed_loop=ClosedLoop(users),
+    )
+    return {"ttft_ms": result.ttft_ms.mean, "tpot_ms": result.tpot_ms.mean}
 
 
 def _offline(point: dict[str, Any]) -> bool:
