@@ -33,7 +33,7 @@ from app.engine.memory import memory_plan
 from app.engine.params import count_params
 from app.engine.profiles import Profile, ProfiledStepCost
 from app.engine.serving import ServingEngine, parse_engine
-from app.engine.simulation import ClosedLoop, kv_capacity_tokens, simulate
+from app.engine.simulation import ClosedLoop, SimulationResult, kv_capacity_tokens, simulate
 from app.engine.specs import Deployment, GpuSpec, ModelSpec, SpecError
 from app.engine.step_cost import StepCostModel
 from app.engine.workload import Trace
@@ -210,21 +210,6 @@ def _closed_loop(point: dict[str, Any], cost: StepCostModel) -> dict[str, float]
     scheduler and the KV cache 90 % of the memory leaves."""
     load = point["load"]
     count, users = int(load["num_requests"]), int(load["concurrency"])
-    engine = (
-        cost.profile.serving_engine
-        if isinstance(cost, ProfiledStepCost)
-        else parse_engine(point["engine"])
-    )
-    model, gpu, deployment = cost.model, cost.gpu, cost.deployment
-    config = engine.policy.scheduler(engine.version, gpu, model.max_context_tokens)
-    memory = memory_plan(
-        model,
-        gpu,
-        deployment,
-        gpu_memory_utilization=OFFLINE_MEMORY_SHARE,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-    )
     rng = np.random.default_rng(0)
     ratio = float(load.get("range_ratio", 1.0))
 
@@ -236,14 +221,7 @@ def _closed_loop(point: dict[str, Any], cost: StepCostModel) -> dict[str, float]
         prompt_tokens=lengths(int(load["input_tokens"])),
         output_tokens=lengths(int(load["output_tokens"])),
     )
-    result = simulate(
-        trace,
-        cost,
-        kv_capacity_tokens=kv_capacity_tokens(memory, OFFLINE_BLOCK_TOKENS),
-        block_tokens=OFFLINE_BLOCK_TOKENS,
-        scheduler=config.for_ranks(deployment.dp),
-        closed_loop=ClosedLoop(users),
-    )
+    result = _replica_run(point, cost, trace, {}, ClosedLoop(users))
     return {"ttft_ms": result.ttft_ms.mean, "tpot_ms": result.tpot_ms.mean}
 
 
@@ -301,15 +279,34 @@ def _offline_throughput(point: dict[str, Any], cost: StepCostModel) -> float:
     release, else the named engine's newest behaviour) and the KV cache 90 % of the GPU's
     memory leaves: what an offline throughput benchmark (`trtllm-bench throughput`) measures."""
     count = int(point["load"]["num_requests"])
+    limits = {}
+    if point["load"].get("limits") == "trtllm-bench":
+        limits = _trtllm_bench_limits(cost.model, cost.gpu, cost.deployment, point)
+    trace = Trace(
+        arrival_s=np.zeros(count),
+        prompt_tokens=np.full(count, point["prompt_tokens"]),
+        output_tokens=np.full(count, point["output_tokens"]),
+    )
+    result = _replica_run(point, cost, trace, limits, None)
+    return result.throughput_tokens_per_s
+
+
+def _replica_run(
+    point: dict[str, Any],
+    cost: StepCostModel,
+    trace: Trace,
+    limits: dict[str, int],
+    closed_loop: ClosedLoop | None,
+) -> SimulationResult:
+    """`trace` served by one replica: its engine's default scheduler (the profile's release,
+    else the named engine's newest behaviour) under `limits`, the KV cache 90 % of the GPU's
+    memory leaves."""
     engine = (
         cost.profile.serving_engine
         if isinstance(cost, ProfiledStepCost)
         else parse_engine(point["engine"])
     )
     model, gpu, deployment = cost.model, cost.gpu, cost.deployment
-    limits = {}
-    if point["load"].get("limits") == "trtllm-bench":
-        limits = _trtllm_bench_limits(model, gpu, deployment, point)
     config = engine.policy.scheduler(engine.version, gpu, model.max_context_tokens, **limits)
     memory = memory_plan(
         model,
@@ -319,19 +316,14 @@ def _offline_throughput(point: dict[str, Any], cost: StepCostModel) -> float:
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_num_seqs=config.max_num_seqs,
     )
-    trace = Trace(
-        arrival_s=np.zeros(count),
-        prompt_tokens=np.full(count, point["prompt_tokens"]),
-        output_tokens=np.full(count, point["output_tokens"]),
-    )
-    result = simulate(
+    return simulate(
         trace,
         cost,
         kv_capacity_tokens=kv_capacity_tokens(memory, OFFLINE_BLOCK_TOKENS),
         block_tokens=OFFLINE_BLOCK_TOKENS,
         scheduler=config.for_ranks(deployment.dp),
+        closed_loop=closed_loop,
     )
-    return result.throughput_tokens_per_s
 
 
 THROUGHPUT = "output_tokens_per_s"
