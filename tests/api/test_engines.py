@@ -158,6 +158,19 @@ def test_no_engine_named_says_which_engine_it_got(client: TestClient) -> None:
         "/v1/estimates/decode", json=ROUTES["/v1/estimates/decode"] | {"gpu": "mi300x-192gb"}
     ).json()
     assert mi300x["target"]["engine"] == "roofline"  # no profile: Ridgeline's own scheduler
+    # Swagger says the same of the field, on every request that has it.
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    described = [
+        schema["properties"]["engine"]["description"]
+        for schema in schemas.values()
+        if "engine" in schema.get("properties", {})
+        and "description" in schema["properties"]["engine"]
+        and "serving engine whose behaviour" in schema["properties"]["engine"]["description"]
+    ]
+    assert len(described) >= 5
+    for description in described:
+        assert "names no engine gets vLLM's scheduler and kernels" in description
+        assert "`target.engine` says so" in description
 
 
 @pytest.mark.parametrize("path", ROUTES)
