@@ -62,6 +62,9 @@ class LinearOp:
         self.compute_s_per_row = compute_s_per_row
         self.weights_s = weights_s
         self.memory_s_per_row = memory_s_per_row
+        self.floor_s = 0.0
+        """The least the op class takes in a step, whatever its rows: its kernels' count times
+        the fastest such kernel the GPU was measured running (`ProfiledStepCost`); 0: none."""
 
     @classmethod
     def of(  # noqa: PLR0917 - an op class's counts and rates, in order
@@ -82,7 +85,12 @@ class LinearOp:
         )
 
     def parts(self, rows: float) -> tuple[float, float]:
-        return rows * self.compute_s_per_row, self.weights_s + rows * self.memory_s_per_row
+        compute_s = rows * self.compute_s_per_row
+        memory_s = self.weights_s + rows * self.memory_s_per_row
+        floor_s = self.floor_s
+        if compute_s < floor_s and memory_s < floor_s:
+            memory_s = floor_s  # latency-bound: charged as the memory side
+        return compute_s, memory_s
 
 
 class Experts:
@@ -112,6 +120,8 @@ class Experts:
         self.experts_per_token = experts_per_token
         self.ep = ep
         self.imbalance = imbalance
+        self.floor_s = 0.0
+        """As `LinearOp.floor_s`: the MoE layers' fused kernels at their fastest measured."""
 
     @classmethod
     def of(
@@ -139,15 +149,16 @@ class Experts:
     def parts(self, tokens: float) -> tuple[float, float]:
         distinct = expected_distinct_experts(self.num_experts, self.experts_per_token, tokens)
         straggler = self.straggler(tokens)
-        return (
-            straggler * tokens * self.compute_s_per_token,
-            straggler
-            * (
-                distinct * self.expert_weights_s
-                + self.shared_weights_s
-                + tokens * self.memory_s_per_token
-            ),
+        compute_s = straggler * tokens * self.compute_s_per_token
+        memory_s = straggler * (
+            distinct * self.expert_weights_s
+            + self.shared_weights_s
+            + tokens * self.memory_s_per_token
         )
+        floor_s = self.floor_s
+        if compute_s < floor_s and memory_s < floor_s:
+            memory_s = floor_s
+        return compute_s, memory_s
 
 
 class PrefillAttention:

@@ -21,6 +21,7 @@ from app.engine.profiles import (
     ProfiledStepCost,
 )
 from app.engine.profiles.fit import gemm_efficiency, held_out_error_pct
+from app.engine.profiles.timer import kernel_floors
 from app.engine.specs import (
     Deployment,
     Efficiency,
@@ -170,6 +171,40 @@ def test_shapes_outside_every_table_fall_back_to_the_roofline_at_the_fitted_effi
     fallback = ProfiledStepCost(MODEL, GPU, Deployment(), other_group)
     assert fallback.basis["decode_attention"].startswith("roofline fitted")
     assert fallback.basis["prefill_attention"].startswith("roofline fitted")
+
+
+def floored_grid() -> Grid:
+    """GEMMs that take at least FLOOR_MS (a kernel's launch and latency) plus their FLOPs."""
+    values = tuple(gemm_ms(m, n, k) for m, n, k in product(POWERS, WIDTHS, WIDTHS))
+    return Grid((POWERS, WIDTHS, WIDTHS), values)
+
+
+def test_roofline_gemms_never_beat_the_fastest_kernel_the_gpu_ran() -> None:
+    """fp8 weights outside the bf16 table, one sequence decoding: the roofline reads QKV's
+    6.3 MB, O's 4.2 MB and the FFN's 50 MB at 0.8 x 3 TB/s (2.6, 1.7 and 21 us), below their
+    kernels at the table's fastest cell (5.0 us of an M=1, 64 x 64 GEMM): 4 layers of one
+    QKV GEMM, one O, two FFN GEMMs take 20, 20 and 40 us. The LM head computes in the
+    activations' bf16, which the table measures: its own cell."""
+    fp8 = Deployment(weight_dtype=DType.FP8)
+    floored = profile(gemm={DType.BF16: floored_grid()})
+    gemm_s, moe_s = kernel_floors(floored)
+    assert gemm_s == pytest.approx(gemm_ms(1, 64, 64) * 1e-3, rel=1e-12)
+    assert moe_s == 0.0  # no MoE table
+    cost = ProfiledStepCost(MODEL, GPU, fp8, floored)
+    roofline = StepCostModel(MODEL, GPU, fp8, floored.fitted)
+    load = decode_load(1, 1024)
+    timed = {op.op_class: op.seconds for op in cost.breakdown(load).ops}
+    modelled = {op.op_class: op.seconds for op in roofline.breakdown(load).ops}
+    assert timed[OpClass.QKV_PROJ] == pytest.approx(4 * gemm_s, rel=1e-12)
+    assert timed[OpClass.O_PROJ] == pytest.approx(4 * gemm_s, rel=1e-12)
+    assert timed[OpClass.FFN] == pytest.approx(8 * gemm_s, rel=1e-12)
+    assert modelled[OpClass.FFN] == pytest.approx(3 * 1024 * 4096 * 4 / 2.4e12, rel=0.02)
+    assert timed[OpClass.LM_HEAD] == pytest.approx(gemm_ms(1, 32768, 1024) * 1e-3, rel=1e-9)
+    # A long prefill is far above every floor: the roofline's to the last digit.
+    long = prefill_load(4096)
+    assert cost.breakdown(long).op(OpClass.FFN).seconds == pytest.approx(
+        roofline.breakdown(long).op(OpClass.FFN).seconds, rel=1e-12
+    )
 
 
 def test_long_steps_sum_within_a_tenth_of_a_percent_of_step_by_step() -> None:

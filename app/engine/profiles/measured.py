@@ -98,6 +98,7 @@ class MeasuredLinear(LinearOp):
             roofline.weights_s,
             roofline.memory_s_per_row,
         )
+        self.floor_s = roofline.floor_s  # where the curve does not reach
         self.curve = curve
         self.memo: dict[float, float] = {}
         self.memo_entries = memo_entries
@@ -122,6 +123,7 @@ class MeasuredExperts(Experts):
             roofline.ep,
             roofline.imbalance,
         )
+        self.floor_s = roofline.floor_s
         self.curve = curve
         self.memo: dict[float, float] = {}
         self.memo_entries = memo_entries

@@ -55,7 +55,7 @@ from app.engine.serving import policy_of
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, expert_dtype_for
 from app.engine.step_cost import StepCostModel
 
-__all__ = ["ProfiledStepCost"]
+__all__ = ["ProfiledStepCost", "kernel_floors"]
 
 _MS = 1e-3
 
@@ -139,10 +139,37 @@ class ProfiledStepCost(StepCostModel):
             measured |= self._measure_mla_kernels()
         if self._measure_communication():
             measured.add(OpFamily.COMMUNICATION)
+        self._floor_gemms()
         overhead = profile.overhead
         self.overhead = Overhead(overhead.step_ms, overhead.per_sequence_ms, overhead.per_token_ms)
         self.request_overhead_s = overhead.prefill_per_layer_ms * model.num_layers / 1000.0
         self.basis = self._basis(measured)
+
+    def _floor_gemms(self) -> None:
+        """No GEMM-family op class is faster than its kernels, each at the fastest the profile's
+        tables show on the GPU they were measured on (`kernel_floors`): a kernel's launch and
+        latency, which FLOPs and bytes never show. Per step: QKV one GEMM a layer (MLA: q_a,
+        q_b and kv_a, or q and kv_a without a query rank), O one, a dense FFN two (gate-up and
+        down), the router one a MoE layer, the LM head one; the experts the fused-MoE kernel a
+        MoE layer and, with shared experts, their two GEMMs. Measured shapes keep their own
+        times; the floors bind where the roofline times a shape the tables do not reach."""
+        gemm_s, moe_s = kernel_floors(self.profile)
+        model = self.model
+        layers, mla, moe = model.num_layers, model.mla, model.moe
+        moe_layers = 0 if moe is None else layers - moe.num_dense_layers
+        projections = 1 if mla is None else (3 if mla.q_lora_rank else 2)
+        for op, kernels in (
+            (self.qkv, projections * layers),
+            (self.o, layers),
+            (self.ffn, 2 * (layers - moe_layers)),
+            (self.router, moe_layers),
+            (self.lm_head, 1),
+        ):
+            if op.weights_s > 0 or op.compute_s_per_row > 0:  # MLA's module zeroes QKV and O
+                op.floor_s = kernels * gemm_s
+        if moe is not None:
+            shared = 2 * gemm_s if moe.num_shared_experts else 0.0
+            self.experts.floor_s = moe_layers * (moe_s + shared)
 
     def _measure_gemms(self, mla: bool) -> bool:
         """The linear op classes from the GEMM table of the weights' format (the LM head from
@@ -502,6 +529,14 @@ def _absorption_curve(profile: Profile, weight: DType, heads: int, layers: int) 
         both = [_sum(pre.at(n), post.at(n)) for n in tokens]
         return _curve(tokens, [None if t is None else t * layers for t in both])
     return None
+
+
+def kernel_floors(profile: Profile) -> tuple[float, float]:
+    """(GEMM, fused MoE) seconds: the fastest cell of the profile's GEMM and MoE tables, any
+    format and shape (0 where it has none): the least one such kernel takes on its GPU."""
+    gemm = [v for grid in profile.gemm.values() for v in grid.values if v is not None]
+    moe = [v for grid in profile.moe.values() for v in grid.values if v is not None]
+    return (min(gemm, default=0.0) * _MS, min(moe, default=0.0) * _MS)
 
 
 def _moe_curve(model: ModelSpec, deployment: Deployment, profile: Profile) -> Curve | None:
