@@ -54,8 +54,9 @@ def simulate(
     With `closed_loop`, the trace's arrival times are ignored: `concurrency` users each send
     the next request of the trace `think_time_s` after their last one finished (the first
     `concurrency` at time 0), as genai-perf, AIPerf, GuideLLM and `vllm bench serve
-    --max-concurrency` drive a server; `requests_per_s` is then the throughput the loop
-    reaches, and the run's `requests.arrival_s` the times requests were sent.
+    --max-concurrency` drive a server; requests sent together reach the engine one at a time,
+    `spacing_s` apart (`ClosedLoop`); `requests_per_s` is then the throughput the loop
+    reaches, and the run's `requests.arrival_s` the times requests reached the engine.
 
     With `prefix_cache`, each request finds whole blocks of its prompt already cached
     (`PrefixCache.cached_tokens`): its prefill computes only the rest, attending over the
@@ -116,16 +117,25 @@ class _Sent:
     loop: the first `users` at 0, then each next one `think` seconds after a user is free (its
     request finished, or was refused at its arrival): the one rule of the loop's users."""
 
-    def __init__(self, arrival: list[float], users: int, count: int, think: float) -> None:
+    def __init__(
+        self, arrival: list[float], users: int, count: int, think: float, spacing: float
+    ) -> None:
         self.arrival = arrival
         self.sent = users
         self.count = count
         self.think = think
+        self.spacing = spacing
+        self.last = arrival[users - 1] if 0 < users <= len(arrival) else 0.0
 
     def user_free(self, at: float) -> None:
-        """A user is free at `at`: its next request goes out `think` later, if one is left."""
+        """A user is free at `at`: its next request goes out `think` later, if one is left,
+        and reaches the engine `spacing` after the one before it at the earliest."""
         if self.sent < self.count:
-            self.arrival[self.sent] = at + self.think
+            when = at + self.think
+            if when < self.last + self.spacing:  # noqa: PLR1730 - cheaper than max
+                when = self.last + self.spacing
+            self.arrival[self.sent] = when
+            self.last = when
             self.sent += 1
 
 
@@ -316,13 +326,15 @@ class _Run:
         output: list[int] = self.trace.output_tokens.tolist()
         is_rejected: list[bool] = self.rejected_mask.tolist()
         count = len(arrival)
-        # Closed loop: the first `users` requests at 0; each later one `think` after a finish.
+        # Closed loop: the first `users` requests from 0, one `spacing` apart; each later one
+        # `think` after a finish, never closer than `spacing` to the one before.
         loop = self.closed_loop
         users = count if loop is None else min(loop.concurrency, count)
         think = 0.0 if loop is None else loop.think_time_s
+        spacing = 0.0 if loop is None else loop.spacing_s
         if loop is not None:
-            arrival = [0.0] * users + [math.inf] * (count - users)
-        sent = _Sent(arrival, users, count, think)
+            arrival = [i * spacing for i in range(users)] + [math.inf] * (count - users)
+        sent = _Sent(arrival, users, count, think, spacing)
         self.arrival_s = arrival
         seconds = self.timer.seconds
         # A step cost model's positional entry point skips building a StepLoad (compiled
