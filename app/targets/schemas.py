@@ -271,11 +271,13 @@ class TargetEcho(BaseModel):
     )
     basis: dict[str, str] = Field(
         description=(
-            "Per op class (`gemm`, `prefill_attention`, `decode_attention`, `moe`, "
-            "`communication`, `overhead`), what timed it: `profile <gpu> <engine>@<version>` "
-            "(measured kernels, interpolated log-log), `roofline fitted to profile ...` (a shape "
-            "or format outside its tables), or `roofline` (`all`: every class; `roofline (no "
-            "<engine> profile for this GPU)` when the engine named has none here)."
+            "Per op class (`gemm`, `prefill_attention`, `decode_attention`, `elementwise`, "
+            "`moe`, `communication`, `overhead`), what timed it: `profile <gpu> "
+            "<engine>@<version>` (measured kernels, interpolated log-log), `roofline fitted to "
+            "profile ...` (a shape or format outside its tables), or `roofline` (`all`: every "
+            "class; `roofline (no <engine> profile for this GPU)` when the engine named has none "
+            "here). The norms and activations (`elementwise`) are never measured: under a "
+            "profile, `memory-op model: ...` (3 us a kernel and its bytes at the bandwidth)."
         ),
         examples=[{"gemm": "profile h100-sxm5-80gb vllm@0.24.0", "overhead": "roofline"}],
     )

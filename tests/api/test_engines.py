@@ -20,7 +20,7 @@ UNMEASURED = "mi300x-192gb"
 """A GPU the silicon database has no tables for, nor for any GPU of its vendor: no profile of
 any engine, here or on a relative (every engine's steps timed by the roofline)."""
 NO_TRTLLM_HERE = dict.fromkeys(
-    ("gemm", "prefill_attention", "decode_attention", "overhead"),
+    ("gemm", "prefill_attention", "decode_attention", "elementwise", "overhead"),
     "roofline (no trtllm@1.3.0rc23 profile for this GPU)",
 )
 """`basis` of Llama-3-8B on one GPU without TensorRT-LLM tables: every op family the roofline's."""

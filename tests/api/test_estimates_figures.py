@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.profiles.profile import ELEMENTWISE_BASIS
+
 K = 1024  # article A's "1K", "10K", ...: we take K = 1024 tokens
 
 # Article A's 7B-class MHA model: d=4096, L=32, plain MLP f=4d.
@@ -83,8 +85,11 @@ def test_article_a_ttft_ratios_2x_3x_4x(client: TestClient) -> None:
 
 
 def _every_family(label: str) -> dict[str, str]:
-    """`basis` of a dense model on one GPU that one thing times: each of its op families."""
-    return dict.fromkeys(("gemm", "prefill_attention", "decode_attention", "overhead"), label)
+    """`basis` of a dense model on one GPU that one thing times: each of its op families (the
+    norms and activations, which no table measures, by the memory-op model under a profile)."""
+    families = ("gemm", "prefill_attention", "decode_attention", "overhead")
+    elementwise = label if label.startswith("roofline") else ELEMENTWISE_BASIS
+    return dict.fromkeys(families, label) | {"elementwise": elementwise}
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.catalog.profiles import bundled_document, bundled_refs
 from app.engine.dtypes import DType
+from app.engine.profiles.profile import ELEMENTWISE_BASIS
 from app.formats.profile_document import ProfileDocument
 from app.profiles.aiconfigurator import SYSTEMS, systems_dir
 from app.profiles.bundled import bundled_versions, write_bundled_profile
@@ -98,8 +99,11 @@ def test_the_engine_chooses_the_profile_and_the_answer_says_so(
 
 
 def _every_family(label: str) -> dict[str, str]:
-    """`basis` of a dense model on one GPU that one thing times: each of its op families."""
-    return dict.fromkeys(("gemm", "prefill_attention", "decode_attention", "overhead"), label)
+    """`basis` of a dense model on one GPU that one thing times: each of its op families (the
+    norms and activations, which no table measures, by the memory-op model under a profile)."""
+    families = ("gemm", "prefill_attention", "decode_attention", "overhead")
+    elementwise = label if label.startswith("roofline") else ELEMENTWISE_BASIS
+    return dict.fromkeys(families, label) | {"elementwise": elementwise}
 
 
 def test_roofline_ideal_and_explicit_efficiencies_are_the_roofline(client: TestClient) -> None:

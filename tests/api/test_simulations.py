@@ -72,7 +72,7 @@ def test_lone_requests_are_timed_by_the_gpus_default_profile(client: TestClient)
     assert answer["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb vllm@0.24.0"
     roofline = client.post("/v1/simulations", json=body(workload=None, trace=rows)).json()
     assert roofline["target"]["basis"] == dict.fromkeys(
-        ("gemm", "prefill_attention", "decode_attention", "overhead"), "roofline"
+        ("gemm", "prefill_attention", "decode_attention", "elementwise", "overhead"), "roofline"
     )
     assert roofline["ttft_ms"]["p50"] != pytest.approx(answer["ttft_ms"]["p50"], rel=0.01)
 

@@ -21,6 +21,7 @@ from app.engine.profiles import (
     ProfiledStepCost,
 )
 from app.engine.profiles.fit import gemm_efficiency, held_out_error_pct
+from app.engine.profiles.profile import ELEMENTWISE_BASIS
 from app.engine.profiles.timer import kernel_floors
 from app.engine.specs import (
     Deployment,
@@ -33,6 +34,7 @@ from app.engine.specs import (
 )
 from app.engine.step_cost import StepCostModel, decode_load, prefill_load
 from app.engine.step_load import StepLoad
+from app.validation.record import basis_kind_of
 
 GPU = GpuSpec(
     id="test-gpu",
@@ -136,8 +138,10 @@ def test_a_step_is_the_sum_of_its_measured_ops() -> None:
         "gemm": label,
         "prefill_attention": label,
         "decode_attention": label,
+        "elementwise": ELEMENTWISE_BASIS,  # no table measures them
         "overhead": label,
     }
+    assert basis_kind_of(cost.basis) == "measured"
 
 
 def test_prefill_attention_is_timed_at_the_equivalent_causal_length() -> None:

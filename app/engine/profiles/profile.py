@@ -19,6 +19,7 @@ from app.engine.serving import EngineName, ServingEngine
 from app.engine.specs import Efficiency
 
 __all__ = [
+    "ELEMENTWISE_BASIS",
     "AttentionTable",
     "EngineOverhead",
     "OpFamily",
@@ -37,16 +38,24 @@ class OpFamily(StrEnum):
     MOE = "moe"
     COMMUNICATION = "communication"
     OVERHEAD = "overhead"
+    ELEMENTWISE = "elementwise"
+    """Norms and activations (`OpClass.ELEMENTWISE`): never in a table (`ELEMENTWISE_BASIS`)."""
+
+
+ELEMENTWISE_BASIS = "memory-op model: 3 us a kernel and its bytes at the bandwidth (no table)"
+"""What times the norms and activations under a profile: they are never measured, and do not
+make a measured answer a partly measured one."""
 
 
 def step_families(*, moe: bool, exchanges: bool) -> tuple[OpFamily, ...]:
     """The op families a step of a model is timed by, as `basis` names them: every step's
-    GEMMs, attention and engine overhead; the experts of an MoE model; the exchanges between
-    GPUs where the layout makes some (tp above 1, dp, ep or pp)."""
+    GEMMs, attention, norms and activations and engine overhead; the experts of an MoE model;
+    the exchanges between GPUs where the layout makes some (tp above 1, dp, ep or pp)."""
     families = [
         OpFamily.GEMM,
         OpFamily.PREFILL_ATTENTION,
         OpFamily.DECODE_ATTENTION,
+        OpFamily.ELEMENTWISE,
         OpFamily.OVERHEAD,
     ]
     if moe:

@@ -50,7 +50,7 @@ from app.engine.profiles.measured import (
     MeasuredLinear,
     MeasuredPrefillAttention,
 )
-from app.engine.profiles.profile import OpFamily, Profile, step_families
+from app.engine.profiles.profile import ELEMENTWISE_BASIS, OpFamily, Profile, step_families
 from app.engine.serving import policy_of
 from app.engine.specs import Deployment, Efficiency, GpuSpec, ModelSpec, expert_dtype_for
 from app.engine.step_cost import StepCostModel
@@ -437,8 +437,9 @@ class ProfiledStepCost(StepCostModel):
         if self.measured_on is not None:
             label = f"{label} scaled to {self.gpu.id} by datasheet"
         measured.add(OpFamily.OVERHEAD)
+        labels = {OpFamily.ELEMENTWISE: ELEMENTWISE_BASIS}
         return {
-            family.value: label if family in measured else roofline
+            family.value: labels.get(family, label if family in measured else roofline)
             for family in step_families(moe=self.has_moe, exchanges=self.deployment.has_exchanges)
         }
 
