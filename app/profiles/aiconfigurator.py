@@ -282,13 +282,22 @@ _MOE_DISTRIBUTION = "power_law_1.01"
 power-law skews; a mild power law is what real traffic routes like (its default)."""
 
 
+_MOE_OPT_IN_KERNELS = frozenset({"moe_torch_flow_min_latency"})
+"""MoE kernels an engine runs only when asked: TensorRT-LLM's low-latency NVFP4 flow, which
+aiconfigurator-core keeps in a view of its own (`_moe_low_latency_data`, beside the default
+`_moe_data`, sdk/operations/moe.py) and a default deployment does not run."""
+
+
 def _moe_tables(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fused-MoE layer time by tokens per (format, hidden, expert width, top-k, experts, tp,
-    ep) at the kept routing skew; the fastest kernel per shape."""
+    ep) at the kept routing skew; the fastest of the kernels a default deployment runs, per
+    shape."""
     shapes: dict[tuple[DType, int, int, int, int, int, int], dict[float, float]] = defaultdict(dict)
     for row in rows:
         dtype = _DTYPES.get(row["moe_dtype"])
         if dtype is None or row["distribution"] != _MOE_DISTRIBUTION:
+            continue
+        if row.get("kernel_source") in _MOE_OPT_IN_KERNELS:
             continue
         key = (
             dtype,

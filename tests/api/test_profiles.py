@@ -313,6 +313,33 @@ def test_bundled_moe_tables_reproduce_their_source_points(profile_id: str) -> No
         assert grid.at(tokens) == pytest.approx(fastest[key], rel=0.02)
 
 
+def test_trtllm_moe_tables_hold_the_kernel_a_default_deployment_runs() -> None:
+    """TensorRT-LLM's B200 tables measure two NVFP4 MoE flows: the default CUTLASS one and
+    the low-latency one a deployment opts into (3.8 times faster at 16,384 tokens for
+    Qwen3-30B-A3B's shape: 0.48 ms against 1.8). The bundled table is the default flow's at
+    every token count, so saturated steps are not timed by a kernel they do not run."""
+    document = bundled_document("b200-sxm-180gb-trtllm-1.3.0rc20")
+    profile = document.to_profile()
+    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
+    flows: dict[str, dict[int, float]] = {}
+    for row in pq.read_table(
+        data / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.parquet"
+    ).to_pylist():
+        if (
+            row["moe_dtype"] == "nvfp4"
+            and row["distribution"] == "power_law_1.01"
+            and (row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"])
+            == (2048, 768, 8, 128)
+            and (row["moe_tp_size"], row["moe_ep_size"]) == (1, 1)
+        ):
+            flows.setdefault(row["kernel_source"], {})[row["num_tokens"]] = row["latency"]
+    cutlass, low_latency = flows["moe_torch_flow_cutlass"], flows["moe_torch_flow_min_latency"]
+    assert low_latency[16384] < cutlass[16384] / 3
+    grid = profile.moe[(DType.NVFP4, 2048, 768, 8, 128, 1, 1)]
+    for tokens in (1, 64, 1024, 16384):
+        assert grid.at(tokens) == pytest.approx(cutlass[tokens], rel=0.02)
+
+
 def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     client: TestClient,
 ) -> None:
