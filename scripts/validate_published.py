@@ -118,6 +118,7 @@ def _cost(point: dict[str, Any], use_profile: bool | str) -> tuple[StepCostModel
         kv_dtype=DType(point.get("kv_dtype", "bf16")),
         dp=point.get("dp") or 1,
         ep=point.get("ep") or 1,
+        pp=point.get("pp") or 1,
         expert_dtype=None if experts is None else DType(experts),
     )
     if use_profile == "scaled":
@@ -321,7 +322,7 @@ def _replica_run(
         cost,
         kv_capacity_tokens=kv_capacity_tokens(memory, OFFLINE_BLOCK_TOKENS),
         block_tokens=OFFLINE_BLOCK_TOKENS,
-        scheduler=config.for_ranks(deployment.dp),
+        scheduler=config.for_ranks(deployment.scheduler_batches),
         closed_loop=closed_loop,
     )
 

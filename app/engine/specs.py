@@ -549,6 +549,14 @@ class Deployment:
         return self.tp * self.dp * self.pp
 
     @property
+    def scheduler_batches(self) -> int:
+        """Batches a replica's schedulers keep in flight at once, each with the engine's
+        limits: one per attention data-parallel rank (vLLM and SGLang run a scheduler per rank)
+        and one micro-batch per pipeline stage (TensorRT-LLM's executor and vLLM keep `pp`
+        batches in flight): dp x pp."""
+        return self.dp * self.pp
+
+    @property
     def expert_shards(self) -> int:
         """GPUs the experts of a layer are spread over: the tp x dp of a stage."""
         return self.tp * self.dp

@@ -15,6 +15,10 @@ Per GPU of a tensor-parallel group, a step takes
     + norms and activations: kernels x 3 us + their bytes / (bandwidth * eta_memory)
     + tensor-parallel all-reduces + layout exchanges + overhead            (docs/model.md)
 
+Under pipeline parallelism a step's sequences are split into one micro-batch per stage (at most
+one per sequence), and the step takes what one micro-batch takes through every stage while the
+others fill the other stages: `micro_batches`.
+
 GEMMs (QKV, O, FFN, experts) compute in `compute_dtype_for(weight_dtype)` at `efficiency.gemm`;
 the router and LM head stay in the activation format at `efficiency.gemm`; attention computes in
 `attention_dtype_for(gpu, deployment)` at `efficiency.attention`. An attention data-parallel
@@ -323,7 +327,7 @@ class StepCostModel:
             None,
         )
 
-    def _step(  # noqa: PLR0917 - StepLoad's fields, then the record
+    def _step(  # noqa: PLR0915, PLR0917 - StepLoad's fields, then the record; one hot path
         self,
         prefill_tokens: float,
         prefill_chunks: float,
@@ -339,9 +343,12 @@ class StepCostModel:
         if tokens <= 0:
             return 0.0
         replica_tokens = tokens  # what the experts, spread over tp x dp GPUs, see
-        if self.dp > 1:
-            # One attention data-parallel rank's share (fractional counts are averages).
-            share = 1.0 / self.dp
+        micro = self.micro_batches(prefill_chunks + decode_seqs)
+        if self.dp > 1 or micro > 1.0:
+            # One attention data-parallel rank's share of one pipeline micro-batch (fractional
+            # counts are averages): the step is the time that micro-batch takes through every
+            # stage, while the other micro-batches fill the other stages.
+            share = 1.0 / (self.dp * micro)
             prefill_tokens *= share
             prefill_chunks *= share
             prefill_attention_pairs *= share
@@ -349,6 +356,7 @@ class StepCostModel:
             decode_seqs *= share
             decode_context_tokens *= share
             tokens = prefill_tokens + decode_seqs
+            replica_tokens /= micro
         if self.windowed:
             prefill_attention_pairs, prefill_kv_tokens, decode_context_tokens = bounded_by_window(
                 self.coefficients,
@@ -398,6 +406,16 @@ class StepCostModel:
             record.overhead_s = overhead_s
         return total + communication_s + overhead_s
 
+    def micro_batches(self, sequences: float) -> float:
+        """Pipeline micro-batches a step of `sequences` is split into: one per stage (TensorRT-
+        LLM's executor and vLLM keep `pp` batches in flight, each scheduled with the engine's
+        limits: `Deployment.scheduler_batches`), but never more than its sequences (one
+        prompt is not split across micro-batches); 1 without pp."""
+        stages = float(self.deployment.pp)
+        if stages <= 1.0 or sequences <= 1.0:
+            return 1.0
+        return stages if sequences > stages else sequences
+
     def graph_rows(self, sequences: float) -> float:
         """The batch a decode-only step of `sequences` runs at: the smallest CUDA-graph size
         the engine captured that holds it; beyond the largest, or for an engine that does not
@@ -435,9 +453,13 @@ class StepCostModel:
         if tokens <= 0:
             return 0.0
         replica_tokens = tokens
-        if self.dp > 1:
-            share = 1.0 / self.dp
+        micro = self.micro_batches(float(load.prefill_chunks) + decode_seqs)
+        if self.dp > 1 or micro > 1.0:
+            share = 1.0 / (self.dp * micro)
             tokens = prefill_tokens * share + decode_seqs * share
+            replica_tokens /= micro
+            if self.dp == 1 and self.graph_sizes and not prefill_tokens:
+                replica_tokens = self.graph_rows(decode_seqs * share)
         elif self.graph_sizes and not prefill_tokens:
             replica_tokens = self.graph_rows(decode_seqs)
         return self.communication.seconds(tokens, replica_tokens)

@@ -592,7 +592,10 @@ def _pool_job(
         kv_tokens = _kv_tokens(query, target, config)
     with spec_errors(f"disaggregated.{name}"):
         engine_pool = Pool(
-            target.cost, kv_tokens, config.for_ranks(target.deployment.dp), pool.replicas
+            target.cost,
+            kv_tokens,
+            config.for_ranks(target.deployment.scheduler_batches),
+            pool.replicas,
         )
     return PoolJob(target, engine_pool)
 
@@ -655,7 +658,7 @@ def run_simulation_job(job: SimulationJob) -> SimulationRun:
             job.timer or job.target.cost,
             kv_capacity_tokens=job.kv_capacity_tokens,
             block_tokens=job.block_tokens,
-            scheduler=job.scheduler.for_ranks(job.target.deployment.dp),
+            scheduler=job.scheduler.for_ranks(job.target.deployment.scheduler_batches),
             ttft_slo_ms=job.ttft_slo_ms,
             tpot_slo_ms=job.tpot_slo_ms,
             max_steps=job.max_steps,

@@ -124,7 +124,7 @@ def _points(
 
 
 def _steps(job: SimulationJob) -> int:
-    scheduler = job.scheduler.for_ranks(job.target.deployment.dp)
+    scheduler = job.scheduler.for_ranks(job.target.deployment.scheduler_batches)
     with spec_errors():
         if job.closed_loop is not None:
             return closed_loop_steps(job.trace, scheduler, job.closed_loop)
@@ -179,7 +179,7 @@ def _saturation(sweep: SweepJob, limit: int) -> tuple[float, int]:
     spent finding it. The search starts from the throughput of a closed loop of as many users
     as the scheduler runs sequences (a lower bound: its last requests drain a shrinking batch)
     and grows by `_GROWTH` until a run's backlog grows, at most `_PROBES` times."""
-    scheduler = sweep.job.scheduler.for_ranks(sweep.job.target.deployment.dp)
+    scheduler = sweep.job.scheduler.for_ranks(sweep.job.target.deployment.scheduler_batches)
     users = min(scheduler.max_num_seqs, len(sweep.job.trace))
     full = dc_replace(sweep.job, closed_loop=ClosedLoop(users, 0.0), max_steps=limit)
     spent = _steps(full)
@@ -207,7 +207,7 @@ def _chosen_rates(saturation: float, points: int) -> tuple[float, ...]:
 def _chosen_users(sweep: SweepJob) -> tuple[int, ...]:
     """Users from 1 to twice the scheduler's running sequences (capped by the requests),
     evenly on a log scale, as whole distinct numbers."""
-    scheduler = sweep.job.scheduler.for_ranks(sweep.job.target.deployment.dp)
+    scheduler = sweep.job.scheduler.for_ranks(sweep.job.target.deployment.scheduler_batches)
     top = max(2, min(2 * scheduler.max_num_seqs, len(sweep.job.trace)))
     return tuple(int(u) for u in np.unique(np.rint(np.geomspace(1, top, sweep.points))))
 

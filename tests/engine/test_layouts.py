@@ -115,7 +115,9 @@ def test_dp_splits_attention_and_the_experts_see_every_rank() -> None:
 def test_pp_stages_hold_their_layers_and_hand_off() -> None:
     """Llama-3-70B at tp 4 x pp 2: 40 layers per stage (half the layer weights and KV per
     GPU, the embedding or the head whole on its stage) and one hand-off of d = 8,192 bf16 per
-    token between the stages."""
+    token between the stages. A step's sequences are split into one micro-batch per stage: 32
+    decoding sequences take what 16 take through both stages (the other 16 fill the other
+    stage), plus the hand-off of 16 tokens; a lone sequence is not split."""
     tp4 = Deployment(tp=4)
     pp2 = replace(tp4, pp=2)
     params = count_params(LLAMA3_70B)
@@ -124,9 +126,15 @@ def test_pp_stages_hold_their_layers_and_hand_off() -> None:
     assert weight_bytes_per_gpu(LLAMA3_70B, pp2) == pytest.approx(layers / 2 + ends)
     assert kv_bytes_per_token(LLAMA3_70B, pp2) == kv_bytes_per_token(LLAMA3_70B, tp4) / 2
     one, two = StepCostModel(LLAMA3_70B, H200, tp4), StepCostModel(LLAMA3_70B, H200, pp2)
-    load = decode_load(32, 1024)
-    handoff = 32 * 8192 * 2 / 450e9 + 1e-6
-    assert two.seconds(load) - one.seconds(load) == pytest.approx(handoff, rel=1e-6)
+    handoff = 16 * 8192 * 2 / 450e9 + 1e-6
+    assert two.seconds(decode_load(32, 1024)) == pytest.approx(
+        one.seconds(decode_load(16, 1024)) + handoff, rel=1e-9
+    )
+    lone = two.seconds(decode_load(1, 1024)) - one.seconds(decode_load(1, 1024))
+    assert lone == pytest.approx(8192 * 2 / 450e9 + 1e-6, rel=1e-6)
+    assert two.micro_batches(32) == 2.0
+    assert two.micro_batches(1) == one.micro_batches(32) == 1.0
+    assert pp2.scheduler_batches == 2
 
 
 def test_the_replica_scheduler_has_every_ranks_budget() -> None:

@@ -71,7 +71,7 @@ class Candidate:
     @property
     def replica_scheduler(self) -> SchedulerConfig:
         """What the simulator runs: every attention data-parallel rank's budget."""
-        return self.scheduler.for_ranks(self.deployment.dp)
+        return self.scheduler.for_ranks(self.deployment.scheduler_batches)
 
     def result(self, status: CandidateStatus, reasons: Sequence[str]) -> CandidatePlan:
         return CandidatePlan(
@@ -362,7 +362,7 @@ def screen(
                     )
                 )
                 continue
-            ranks = scheduler.for_ranks(deployment.dp)
+            ranks = scheduler.for_ranks(deployment.scheduler_batches)
             capacity = capacity_bound(
                 timer,
                 stats,

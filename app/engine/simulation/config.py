@@ -166,16 +166,17 @@ class SchedulerConfig:
         le=256,
     )
 
-    def for_ranks(self, dp: int) -> SchedulerConfig:
-        """The replica's budgets when `dp` attention data-parallel ranks each schedule with
-        these (vLLM and SGLang run one scheduler per rank): one scheduler with dp times the
-        sequences and tokens, ranks kept in balance."""
-        if dp == 1:
+    def for_ranks(self, batches: int) -> SchedulerConfig:
+        """The replica's budgets when `batches` batches are in flight at once, each scheduled
+        with these (`Deployment.scheduler_batches`: one per attention data-parallel rank, vLLM
+        and SGLang running a scheduler per rank, and one micro-batch per pipeline stage): one
+        scheduler with that many times the sequences and tokens, kept in balance."""
+        if batches == 1:
             return self
         return replace(
             self,
-            max_num_seqs=self.max_num_seqs * dp,
-            max_num_batched_tokens=self.max_num_batched_tokens * dp,
+            max_num_seqs=self.max_num_seqs * batches,
+            max_num_batched_tokens=self.max_num_batched_tokens * batches,
         )
 
     def __post_init__(self) -> None:
