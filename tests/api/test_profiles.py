@@ -340,6 +340,34 @@ def test_trtllm_moe_tables_hold_the_kernel_a_default_deployment_runs() -> None:
         assert grid.at(tokens) == pytest.approx(cutlass[tokens], rel=0.02)
 
 
+def test_fp8_moe_tables_keep_the_faster_of_the_two_scalings() -> None:
+    """The H200's per-tensor FP8 MoE table (TensorRT-LLM 1.3.0rc20) is 3-4x slower than its
+    block-scaled FP8 for Llama 4 Scout's experts (5,120 x 8,192, 16 experts, top-1, ep 4) while
+    the engine's published H200 runs are 2.3x the H100's: both FP8 tables hold, per token
+    count, the faster of the two scalings (the same bytes through the same tensor cores)."""
+    document = bundled_document("h200-sxm-141gb-trtllm-1.3.0rc20")
+    profile = document.to_profile()
+    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
+    scalings: dict[str, dict[int, float]] = {}
+    for row in pq.read_table(
+        data / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.parquet"
+    ).to_pylist():
+        if (
+            row["distribution"] == "power_law_1.01"
+            and (row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"])
+            == (5120, 8192, 1, 16)
+            and (row["moe_tp_size"], row["moe_ep_size"]) == (1, 4)
+        ):
+            scalings.setdefault(row["moe_dtype"], {})[row["num_tokens"]] = row["latency"]
+    per_tensor, block = scalings["fp8"], scalings["fp8_block"]
+    assert per_tensor[256] > 3 * block[256]
+    for dtype in (DType.FP8, DType.FP8_BLOCK):
+        grid = profile.moe[(dtype, 5120, 8192, 1, 16, 1, 4)]
+        for tokens in (1, 256, 4096):
+            fastest = min(per_tensor[tokens], block[tokens])
+            assert grid.at(tokens) == pytest.approx(fastest, rel=0.02)
+
+
 def test_deepseek_mla_is_timed_by_the_measured_module_with_its_projections(
     client: TestClient,
 ) -> None:
