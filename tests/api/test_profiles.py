@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.catalog.profiles import bundled_document, bundled_refs
 from app.engine.dtypes import DType
-from app.engine.profiles.profile import ELEMENTWISE_BASIS
+from app.engine.profiles.profile import ELEMENTWISE_BASIS, Profile
 from app.formats.profile_document import ProfileDocument
 from app.profiles.aiconfigurator import SYSTEMS, systems_dir
 from app.profiles.bundled import bundled_versions, write_bundled_profile
@@ -313,26 +313,35 @@ def test_bundled_moe_tables_reproduce_their_source_points(profile_id: str) -> No
         assert grid.at(tokens) == pytest.approx(fastest[key], rel=0.02)
 
 
+def _trtllm_moe_rows(
+    profile_id: str, shape: tuple[int, int, int, int], split: tuple[int, int], by: str
+) -> tuple[Profile, dict[str, dict[int, float]]]:
+    """A bundled TensorRT-LLM 1.3.0rc20 profile, and its source's MoE latencies of one layer
+    shape (hidden, expert width, top-k, experts) and split (tp, ep) at the kept routing skew,
+    by token count, grouped by the row field `by`."""
+    document = bundled_document(profile_id)
+    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
+    path = data / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.parquet"
+    found: dict[str, dict[int, float]] = {}
+    for row in pq.read_table(path).to_pylist():
+        if (
+            row["distribution"] == "power_law_1.01"
+            and (row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"]) == shape
+            and (row["moe_tp_size"], row["moe_ep_size"]) == split
+            and (by == "moe_dtype" or row["moe_dtype"] == "nvfp4")
+        ):
+            found.setdefault(row[by], {})[row["num_tokens"]] = row["latency"]
+    return document.to_profile(), found
+
+
 def test_trtllm_moe_tables_hold_the_kernel_a_default_deployment_runs() -> None:
     """TensorRT-LLM's B200 tables measure two NVFP4 MoE flows: the default CUTLASS one and
     the low-latency one a deployment opts into (3.8 times faster at 16,384 tokens for
     Qwen3-30B-A3B's shape: 0.48 ms against 1.8). The bundled table is the default flow's at
     every token count, so saturated steps are not timed by a kernel they do not run."""
-    document = bundled_document("b200-sxm-180gb-trtllm-1.3.0rc20")
-    profile = document.to_profile()
-    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
-    flows: dict[str, dict[int, float]] = {}
-    for row in pq.read_table(
-        data / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.parquet"
-    ).to_pylist():
-        if (
-            row["moe_dtype"] == "nvfp4"
-            and row["distribution"] == "power_law_1.01"
-            and (row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"])
-            == (2048, 768, 8, 128)
-            and (row["moe_tp_size"], row["moe_ep_size"]) == (1, 1)
-        ):
-            flows.setdefault(row["kernel_source"], {})[row["num_tokens"]] = row["latency"]
+    profile, flows = _trtllm_moe_rows(
+        "b200-sxm-180gb-trtllm-1.3.0rc20", (2048, 768, 8, 128), (1, 1), "kernel_source"
+    )
     cutlass, low_latency = flows["moe_torch_flow_cutlass"], flows["moe_torch_flow_min_latency"]
     assert low_latency[16384] < cutlass[16384] / 3
     grid = profile.moe[(DType.NVFP4, 2048, 768, 8, 128, 1, 1)]
@@ -345,20 +354,9 @@ def test_fp8_moe_tables_keep_the_faster_of_the_two_scalings() -> None:
     block-scaled FP8 for Llama 4 Scout's experts (5,120 x 8,192, 16 experts, top-1, ep 4) while
     the engine's published H200 runs are 2.3x the H100's: both FP8 tables hold, per token
     count, the faster of the two scalings (the same bytes through the same tensor cores)."""
-    document = bundled_document("h200-sxm-141gb-trtllm-1.3.0rc20")
-    profile = document.to_profile()
-    data = systems_dir() / "data" / _SYSTEMS[document.gpu]
-    scalings: dict[str, dict[int, float]] = {}
-    for row in pq.read_table(
-        data / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.parquet"
-    ).to_pylist():
-        if (
-            row["distribution"] == "power_law_1.01"
-            and (row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"])
-            == (5120, 8192, 1, 16)
-            and (row["moe_tp_size"], row["moe_ep_size"]) == (1, 4)
-        ):
-            scalings.setdefault(row["moe_dtype"], {})[row["num_tokens"]] = row["latency"]
+    profile, scalings = _trtllm_moe_rows(
+        "h200-sxm-141gb-trtllm-1.3.0rc20", (5120, 8192, 1, 16), (1, 4), "moe_dtype"
+    )
     per_tensor, block = scalings["fp8"], scalings["fp8_block"]
     assert per_tensor[256] > 3 * block[256]
     for dtype in (DType.FP8, DType.FP8_BLOCK):
