@@ -65,9 +65,10 @@ class ClosedLoop:
     finish in the same step, resend together and are prefilled together, wave after wave,
     for ever; with it, the first to arrive at an idle engine is prefilled alone and the
     others join the next step, and the loop unlocks, as measured runs do: within a few rounds
-    for a handful of users, over tens of rounds for 64 (docs/model.md). The size barely matters while it is well below a step (0.1 ms and 1 ms give TTFTs
-    within a few per cent of each other); 0.5 ms is an assumption of a front end's per-request
-    work, not a measurement."""
+    for a handful of users, over tens of rounds for 64 (docs/model.md). The size barely
+    matters while it is well below a step (0.1 ms and 1 ms give TTFTs within a few per cent of
+    each other); 0.5 ms is an assumption of a front end's per-request work, not a
+    measurement."""
 
     concurrency: int
     think_time_s: float = 0.0
