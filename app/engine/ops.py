@@ -34,6 +34,7 @@ __all__ = [
     "Overhead",
     "PrefillAttention",
     "bound_side",
+    "floored",
 ]
 
 
@@ -45,6 +46,15 @@ def bound_side(compute_s: float, memory_s: float, seconds: float) -> tuple[float
     if compute_s > 0.0:
         return seconds, memory_s * (seconds / compute_s)
     return seconds, memory_s
+
+
+def floored(compute_s: float, memory_s: float, floor_s: float) -> tuple[float, float]:
+    """(compute s, memory s) of an op class that takes at least `floor_s` (its kernels at the
+    fastest measured, `LinearOp.floor_s`): below it the op is latency-bound, charged as its
+    memory side."""
+    if compute_s < floor_s and memory_s < floor_s:
+        return compute_s, floor_s
+    return compute_s, memory_s
 
 
 class LinearOp:
@@ -85,12 +95,11 @@ class LinearOp:
         )
 
     def parts(self, rows: float) -> tuple[float, float]:
-        compute_s = rows * self.compute_s_per_row
-        memory_s = self.weights_s + rows * self.memory_s_per_row
-        floor_s = self.floor_s
-        if compute_s < floor_s and memory_s < floor_s:
-            memory_s = floor_s  # latency-bound: charged as the memory side
-        return compute_s, memory_s
+        return floored(
+            rows * self.compute_s_per_row,
+            self.weights_s + rows * self.memory_s_per_row,
+            self.floor_s,
+        )
 
 
 class Experts:
@@ -149,16 +158,16 @@ class Experts:
     def parts(self, tokens: float) -> tuple[float, float]:
         distinct = expected_distinct_experts(self.num_experts, self.experts_per_token, tokens)
         straggler = self.straggler(tokens)
-        compute_s = straggler * tokens * self.compute_s_per_token
-        memory_s = straggler * (
-            distinct * self.expert_weights_s
-            + self.shared_weights_s
-            + tokens * self.memory_s_per_token
+        return floored(
+            straggler * tokens * self.compute_s_per_token,
+            straggler
+            * (
+                distinct * self.expert_weights_s
+                + self.shared_weights_s
+                + tokens * self.memory_s_per_token
+            ),
+            self.floor_s,
         )
-        floor_s = self.floor_s
-        if compute_s < floor_s and memory_s < floor_s:
-            memory_s = floor_s
-        return compute_s, memory_s
 
 
 class PrefillAttention:

@@ -446,8 +446,9 @@ class StepCostModel:
     def communication_seconds(self, load: StepLoad) -> float:
         """The all-reduces, expert exchanges and stage hand-offs of one step
         (`breakdown(load).communication_s`), from the step's token counts alone as `_step`
-        derives them: a data-parallel rank's share of the tokens, and the replica's (a
-        decode-only step's padded to its CUDA graph without data parallelism)."""
+        derives them: a data-parallel rank's share of one pipeline micro-batch's tokens, and
+        the micro-batch's (a decode-only step's padded to its CUDA graph without data
+        parallelism)."""
         prefill_tokens, decode_seqs = float(load.prefill_tokens), float(load.decode_seqs)
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
@@ -456,11 +457,11 @@ class StepCostModel:
         micro = self.micro_batches(float(load.prefill_chunks) + decode_seqs)
         if self.dp > 1 or micro > 1.0:
             share = 1.0 / (self.dp * micro)
-            tokens = prefill_tokens * share + decode_seqs * share
+            prefill_tokens *= share
+            decode_seqs *= share
+            tokens = prefill_tokens + decode_seqs
             replica_tokens /= micro
-            if self.dp == 1 and self.graph_sizes and not prefill_tokens:
-                replica_tokens = self.graph_rows(decode_seqs * share)
-        elif self.graph_sizes and not prefill_tokens:
+        if self.dp == 1 and self.graph_sizes and not prefill_tokens:
             replica_tokens = self.graph_rows(decode_seqs)
         return self.communication.seconds(tokens, replica_tokens)
 
