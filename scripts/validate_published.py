@@ -208,7 +208,8 @@ def _closed_loop(point: dict[str, Any], cost: StepCostModel) -> dict[str, float]
     """Mean TTFT and TPOT of `load.concurrency` users sending `load.num_requests` requests of
     the run's nominal lengths drawn uniformly from `range_ratio` x length up to the length
     (the benchmark clients' random dataset; seeded), one replica with its engine's default
-    scheduler and the KV cache 90 % of the memory leaves."""
+    scheduler under the launch's flags in `load.scheduler` (SchedulerConfig's fields) and the
+    KV cache 90 % of the memory leaves."""
     load = point["load"]
     count, users = int(load["num_requests"]), int(load["concurrency"])
     rng = np.random.default_rng(0)
@@ -222,7 +223,8 @@ def _closed_loop(point: dict[str, Any], cost: StepCostModel) -> dict[str, float]
         prompt_tokens=lengths(int(load["input_tokens"])),
         output_tokens=lengths(int(load["output_tokens"])),
     )
-    result = _replica_run(point, cost, trace, {}, ClosedLoop(users))
+    # The launch's scheduler flags where the source states them (`load.scheduler`).
+    result = _replica_run(point, cost, trace, dict(load.get("scheduler", {})), ClosedLoop(users))
     return {"ttft_ms": result.ttft_ms.mean, "tpot_ms": result.tpot_ms.mean}
 
 

@@ -44,11 +44,11 @@ def test_the_shipped_record_is_current_with_the_code() -> None:
     assert shipped() == document(script.compare(True)), "run `make validate` and commit"
 
 
-def test_intervals_hold_four_in_five_held_out_comparisons() -> None:
+def test_intervals_hold_most_held_out_comparisons() -> None:
     """Of the comparisons that have an interval with their own source left out, at least 65 %
     fell inside it (82 % of 65 of 13 sources when the record landed, 86 % of 70 of 14 with the
-    two-node DeepSeek runs, 91 % of 85 of 15 before InferenceX's dashboard rows; 69 % of 286 of
-    16 with them: their DeepSeek-R1 closed-loop TTFTs are a median 74 % short of the runs, more
+    two-node DeepSeek runs, 91 % of 85 of 15 before InferenceX's dashboard rows; 71 % of 286 of
+    16 with them: their DeepSeek-R1 closed-loop TTFTs are a median 64 % short of the runs, more
     than the other sources' intervals allow); every cell states an interval or where it has
     none."""
     from app.validation.record import shipped  # noqa: PLC0415

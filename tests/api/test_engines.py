@@ -99,6 +99,7 @@ def test_trtllm_without_a_profile_runs_its_own_scheduler_and_says_what_timed_it(
         "unchunked_policy": "mixed",
         "long_prefill_token_threshold": 0,
         "num_scheduler_steps": 1,
+        "scheduler_recv_interval": 1,
     }
     assert any("has no trtllm@1.3.0rc23 profile" in w for w in answer["warnings"])
     # The same engine where it has profiles: the newest times it, without a warning (the

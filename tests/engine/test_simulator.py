@@ -412,6 +412,41 @@ def test_multi_step_scheduling_makes_a_new_request_wait_for_the_step_group() -> 
     assert error.value.field == "scheduler.num_scheduler_steps"
 
 
+def test_a_receive_interval_makes_a_new_request_wait_for_the_next_look() -> None:
+    # SGLang's --scheduler-recv-interval 4: after A's prefill the scheduler looks at once, then
+    # after every 4 decode-only steps (at the ends of A's decode steps 4, 8, ...). B arrives
+    # during A's sixth decode step: seen at the end of its eighth, where one look a step would
+    # have seen it at the end of its sixth; then a step with A's decode and B's 10-token
+    # prefill gives B's first token.
+    a, b = 0.010, 0.001
+    t1 = a + 10 * b  # A's prefill
+    arrival_b = t1 + 5.5 * (a + b)
+    trace = Trace.from_rows([(0.0, 10, 20), (arrival_b, 10, 2)])
+    timer = LinearTimer(a, b)
+    for interval, lone_steps in ((1, 6), (4, 8)):
+        result = simulate(
+            trace,
+            timer,
+            kv_capacity_tokens=BIG_KV,
+            scheduler=SchedulerConfig(scheduler_recv_interval=interval),
+        )
+        first_b = t1 + lone_steps * (a + b) + (a + 11 * b)
+        times = result.requests
+        assert times.first_token_s[1] == pytest.approx(first_b, rel=EXACT)
+        assert times.finish_s[1] == pytest.approx(first_b + a + 2 * b, rel=EXACT)
+    # A request arriving while nothing runs is seen at once.
+    lone = simulate(
+        Trace.from_rows([(0.25, 10, 2)]),
+        timer,
+        kv_capacity_tokens=BIG_KV,
+        scheduler=SchedulerConfig(scheduler_recv_interval=30),
+    )
+    assert lone.requests.first_token_s[0] == pytest.approx(0.25 + a + 10 * b, rel=EXACT)
+    with pytest.raises(SpecError) as error:
+        SchedulerConfig(scheduler_recv_interval=0)
+    assert error.value.field == "scheduler.scheduler_recv_interval"
+
+
 # -- KV cache ------------------------------------------------------------------------------------
 
 

@@ -51,7 +51,8 @@ def poisson(rate: float, count: int = 1500, seed: int = 4) -> Trace:
 
 
 # (trace, KV tokens, scheduler, keyword arguments): low load (long decode-only stretches),
-# busy, a tight KV cache (preemptions), a closed loop, a shared prefix, multi-step scheduling.
+# busy, a tight KV cache (preemptions), a closed loop, a shared prefix, multi-step scheduling,
+# SGLang's receive interval.
 CASES: dict[str, tuple[Trace, int, SchedulerConfig, dict[str, Any]]] = {
     "low load": (poisson(0.5), 300_000, SchedulerConfig(), {}),
     "busy": (poisson(6.0), 300_000, SchedulerConfig(), {}),
@@ -59,6 +60,7 @@ CASES: dict[str, tuple[Trace, int, SchedulerConfig, dict[str, Any]]] = {
     "closed loop": (poisson(1.0, 800), 300_000, SchedulerConfig(), {"closed_loop": ClosedLoop(8)}),
     "prefix": (poisson(2.0), 300_000, SchedulerConfig(), {"prefix_cache": PrefixCache(512)}),
     "multi-step": (poisson(3.0), 300_000, SchedulerConfig(num_scheduler_steps=8), {}),
+    "recv interval": (poisson(3.0), 300_000, SchedulerConfig(scheduler_recv_interval=10), {}),
 }
 
 

@@ -33,13 +33,21 @@ def poisson(rate: float, count: int, seed: int) -> Trace:
 
 # (rate req/s, KV tokens, scheduler, keyword arguments of `_run`): light load (where both
 # shortcuts run most), busy, a tight KV cache (preemptions), a prefill chunk cap, multi-step
-# scheduling, a closed loop, a shared prefix, and a disaggregated decode pool.
+# scheduling, SGLang's receive interval (open and closed loop), a closed loop, a shared prefix,
+# and a disaggregated decode pool.
 CASES: dict[str, tuple[float, int, SchedulerConfig, dict[str, Any]]] = {
     "light": (1.0, 300_000, SchedulerConfig(), {}),
     "busy": (8.0, 300_000, SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=1024), {}),
     "tight kv": (6.0, 30_000, SchedulerConfig(max_num_seqs=64), {}),
     "chunk cap": (3.0, 300_000, SchedulerConfig(long_prefill_token_threshold=400), {}),
     "multi-step": (2.0, 300_000, SchedulerConfig(num_scheduler_steps=4), {}),
+    "recv interval": (3.0, 300_000, SchedulerConfig(scheduler_recv_interval=8), {}),
+    "recv closed": (
+        1.0,
+        300_000,
+        SchedulerConfig(scheduler_recv_interval=30),
+        {"closed_loop": ClosedLoop(16)},
+    ),
     "closed loop": (1.0, 300_000, SchedulerConfig(), {"closed_loop": ClosedLoop(6, 0.2)}),
     "prefix": (2.0, 300_000, SchedulerConfig(), {"prefix_cache": PrefixCache(256)}),
     "decode pool": (3.0, 40_000, SchedulerConfig(max_num_seqs=32), {"decode_pool": True}),

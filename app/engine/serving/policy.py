@@ -191,6 +191,14 @@ class EnginePolicy:
         `--num-scheduler-steps`), or None when it can."""
         return f"{self.title} has no multi-step scheduling: leave num_scheduler_steps at 1"
 
+    def recv_interval_refusal(self, version: str | None) -> str | None:
+        """Why this engine cannot look for new requests less often than every step (SGLang's
+        `--scheduler-recv-interval`), or None when it can."""
+        return (
+            f"{self.title} has no scheduler receive interval (SGLang's "
+            "--scheduler-recv-interval): leave scheduler_recv_interval at 1"
+        )
+
     def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
         """The decode batch sizes the engine captures CUDA graphs at by default, and pads a
         decode-only step up to; empty: it runs every batch at its own size."""
@@ -206,6 +214,10 @@ class EnginePolicy:
             refusal = self.multi_step_refusal(version)
             if refusal is not None:
                 raise SpecError("scheduler.num_scheduler_steps", refusal)
+        if given.get("scheduler_recv_interval", 1) > 1:
+            refusal = self.recv_interval_refusal(version)
+            if refusal is not None:
+                raise SpecError("scheduler.scheduler_recv_interval", refusal)
         defaults = self.scheduler_defaults(version, gpu, context_tokens)
         settings = {name: value for name, value in given.items() if value is not None}
         return replace(defaults, **settings)

@@ -20,14 +20,19 @@ Releases modelled: 0.1.0 to the 0.5 series (aiconfigurator-core 0.12.0 holds mea
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from app.engine.dtypes import DType
 from app.engine.serving.launch import LaunchBuilder, PlannedReplica, ServedModel
-from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy
+from app.engine.serving.policy import DefaultOverhead, EngineName, EnginePolicy, release
 from app.engine.simulation.config import SchedulerConfig
 from app.engine.specs import GpuSpec
 from app.engine.units import GB
 
 __all__ = ["SglangPolicy"]
+
+RECV_INTERVAL_RELEASE = "0.5.0"
+"""The first release with --scheduler-recv-interval (sgl-project/sglang#8947, August 2025)."""
 
 _GRAPHS = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 513, 32))
 
@@ -63,6 +68,15 @@ class SglangPolicy(EnginePolicy):
         else:
             chunk = 16384
         return SchedulerConfig(max_num_seqs=min(2048, chunk), max_num_batched_tokens=chunk)
+
+    def recv_interval_refusal(self, version: str | None) -> str | None:
+        found = None if version is None else release(version)
+        if found is None or found >= Version(RECV_INTERVAL_RELEASE):
+            return None
+        return (
+            f"SGLang {version} predates --scheduler-recv-interval (SGLang "
+            f"{RECV_INTERVAL_RELEASE}): leave scheduler_recv_interval at 1 or name a later release"
+        )
 
     def graph_sizes(self, version: str | None, tp: int) -> tuple[int, ...]:
         largest = 512 if tp >= 4 else 256

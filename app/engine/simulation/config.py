@@ -166,6 +166,17 @@ class SchedulerConfig:
         ge=1,
         le=256,
     )
+    scheduler_recv_interval: int = spec_field(
+        "SGLang's --scheduler-recv-interval: while a batch decodes, the scheduler looks for "
+        "new requests once every n decode steps (sglang's SchedulerRecvSkipper; a step with "
+        "prefill work counts as the whole interval, and an idle scheduler looks at once), so "
+        "a request arriving meanwhile waits up to n steps before its prefill is scheduled. 1 "
+        "looks every step (the default); more is a 422 for an engine without the flag "
+        "(vLLM, TensorRT-LLM); the roofline takes any.",
+        default=1,
+        ge=1,
+        le=1024,
+    )
 
     def for_ranks(self, batches: int) -> SchedulerConfig:
         """The replica's budgets when `batches` batches are in flight at once, each scheduled
@@ -199,6 +210,11 @@ class SchedulerConfig:
             )
         if self.long_prefill_token_threshold < 0:
             raise SpecError("scheduler.long_prefill_token_threshold", "must not be negative")
+        if self.scheduler_recv_interval < 1:
+            raise SpecError(
+                "scheduler.scheduler_recv_interval",
+                f"must be at least 1, got {self.scheduler_recv_interval}",
+            )
         if self.num_scheduler_steps < 1:
             raise SpecError(
                 "scheduler.num_scheduler_steps",

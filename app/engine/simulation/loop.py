@@ -356,6 +356,11 @@ class _Run:
         max_tokens = config.max_num_batched_tokens
         multi = config.num_scheduler_steps
         every_step = multi == 1
+        # SGLang's --scheduler-recv-interval: the scheduler looks for arrivals once every
+        # `recv` decode-only steps, at once after a step with prefill work, and whenever
+        # nothing runs (an idle loop spins); an arrival between looks waits for the next.
+        recv = config.scheduler_recv_interval
+        since_recv = recv  # decode-only steps since the last look; `recv`: a look is due
         chunk_cap = config.long_prefill_token_threshold if chunked else 0
         block = self.block_tokens
         # Per request, blocks held beyond its context's: its windowed layers' (held throughout)
@@ -477,7 +482,12 @@ class _Run:
 
         while True:
             # Arrivals up to now join the queue; the time they waited before this step counts.
-            if arrival[next_arrival] <= now:
+            # With a receive interval, only when the scheduler looks (a running batch decodes
+            # on meanwhile: the arrivals stay unseen).
+            looks = since_recv >= recv or not running
+            if looks and recv > 1:
+                since_recv = 0
+            if arrival[next_arrival] <= now and looks:
                 while arrival[next_arrival] <= now:
                     if not is_rejected[next_arrival]:
                         waiting.append(next_arrival)
@@ -536,6 +546,9 @@ class _Run:
                 if multi > 1 and (partial or waiting):
                     # Up to the next decision, where they may be scheduled.
                     most = min(most, multi - decode_step % multi)
+                unseen = arrival[next_arrival] <= now  # arrived; the scheduler looks later
+                if unseen:
+                    most = min(most, recv - since_recv)
                 if most >= 1:
                     if now >= next_sample_s:
                         queue_time_s.append(now)
@@ -545,7 +558,7 @@ class _Run:
                             del queue_time_s[1::2], queue_waiting[1::2], queue_running[1::2]
                             sample_every_s *= 2
                         next_sample_s = now + sample_every_s
-                    horizon = arrival[next_arrival]
+                    horizon = inf if unseen else arrival[next_arrival]
                     if next_sample_s < horizon:  # noqa: PLR1730 - a branch is cheaper than min
                         horizon = next_sample_s
                     if fresh:
@@ -618,6 +631,9 @@ class _Run:
                                 needed += sum(new_blocks_by_phase[: end - block])
                         free_blocks -= needed
                         steps += group
+                        since_recv += group
+                        if since_recv > recv:  # it looked every `recv` steps on the way
+                            since_recv = (since_recv - 1) % recv + 1
                         step_s = now - start_s
                         area_in_system += (len(waiting) + len(running)) * step_s
                         if waiting:
@@ -648,11 +664,16 @@ class _Run:
                         # users send on finishes) or sample is due.
                         if not shortcuts or waiting or partial or not decode_seqs:
                             break
-                        if arrival[next_arrival] < horizon:  # noqa: PLR1730 - cheaper than min
+                        if unseen:
+                            if since_recv >= recv:
+                                break  # the scheduler looks now
+                        elif arrival[next_arrival] < horizon:
                             horizon = arrival[next_arrival]
                         if now >= horizon:
                             break
                         most = (finishing[0] >> 32) - decode_step + 1
+                        if unseen and recv - since_recv < most:
+                            most = recv - since_recv
                         if free_blocks < decode_seqs * (most // block + 1):
                             most = min(most, free_blocks // decode_seqs * block)
                         if 0 <= step_limit - steps < most:
@@ -883,6 +904,7 @@ class _Run:
                     "request",
                 )
             steps += 1
+            since_recv = recv if prefill_chunks else since_recv + 1
             in_queue = len(waiting)
             in_system = in_queue + len(running)
             area_in_system += in_system * step_s
