@@ -1,7 +1,13 @@
 """Every table of the service, imported in one place so `Base.metadata` is complete wherever it
 is needed (Alembic's autogenerate, the tests' database reset)."""
 
-from app.catalog.orm import CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
+from app.catalog.orm import (
+    CatalogLastVersion,
+    CatalogTombstone,
+    GpuExpectedError,
+    GpuRow,
+    ModelRow,
+)
 from app.catalog.profile_rows import ProfileRow
 from app.db.session import Base
 from app.plans.repository import PlanRow
@@ -13,6 +19,7 @@ __all__ = [
     "BenchmarkPointRow",
     "BenchmarkRunRow",
     "CalibrationRow",
+    "CatalogLastVersion",
     "CatalogTombstone",
     "GpuExpectedError",
     "GpuRow",

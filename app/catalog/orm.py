@@ -16,7 +16,15 @@ from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from app.db.session import Base, UtcDateTime
 
-__all__ = ["CatalogEntry", "CatalogTombstone", "GpuExpectedError", "GpuRow", "ModelRow", "utcnow"]
+__all__ = [
+    "CatalogEntry",
+    "CatalogLastVersion",
+    "CatalogTombstone",
+    "GpuExpectedError",
+    "GpuRow",
+    "ModelRow",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -112,3 +120,14 @@ class CatalogTombstone(Base):
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     deleted_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class CatalogLastVersion(Base):
+    """The version a deleted entry had: the same id created again continues from it, so a
+    version (an ETag, a plan's `catalog_versions`) never names two different entries."""
+
+    __tablename__ = "catalog_last_versions"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    last_version: Mapped[int] = mapped_column(Integer, nullable=False)

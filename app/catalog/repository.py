@@ -5,10 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from sqlalchemy import ColumnElement, delete, func, select
+from sqlalchemy import ColumnElement, delete, func, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from app.catalog.orm import CatalogEntry, CatalogTombstone, GpuExpectedError, GpuRow, ModelRow
+from app.catalog.orm import (
+    CatalogEntry,
+    CatalogLastVersion,
+    CatalogTombstone,
+    GpuExpectedError,
+    GpuRow,
+    ModelRow,
+)
 
 __all__ = ["CatalogRepository", "GpuRepository", "ModelRepository"]
 
@@ -70,8 +78,17 @@ class CatalogRepository(Generic[RowT]):
         return rows, int(total or 0)
 
     def add(self, row: RowT) -> None:
+        """Insert `row`; an id deleted before continues from the version it was deleted at
+        (the ORM inserts version 1 whatever the row says, so the count is set after)."""
         self.session.add(row)
         self.session.flush()
+        last = self.session.get(CatalogLastVersion, (self.kind, row.id))
+        if last is not None and last.last_version >= row.version:
+            version = last.last_version + 1
+            self.session.execute(
+                update(self.row_type).where(self.row_type.id == row.id).values(version=version)
+            )
+            set_committed_value(row, "version", version)
 
     def flush(self) -> None:
         self.session.flush()
@@ -79,6 +96,7 @@ class CatalogRepository(Generic[RowT]):
     def delete(self, row: RowT) -> None:
         if row.origin == "bundled":
             self.session.merge(CatalogTombstone(kind=self.kind, id=row.id))
+        self.session.merge(CatalogLastVersion(kind=self.kind, id=row.id, last_version=row.version))
         self.session.delete(row)
         self.session.flush()
 

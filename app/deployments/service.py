@@ -2,15 +2,20 @@
 
 The plan is read through `app.plans.service` (a plan not done yet is a 409); the model's
 checkpoint and format come from the catalog, the engine version from the profile the plan was
-timed with (the same choice the planner made: the GPU's profile for the plan's `engine`).
+timed with (the same choice the planner made: the GPU's profile for the plan's `engine`). A plan
+whose model or candidate GPU is no longer at the version it read (edited, or deleted and
+created again: versions are never reused for an id) is a 409 too: it renders what it planned or
+nothing.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from app.catalog.profiles import choose_engine, profile_refs
-from app.catalog.repository import ModelRepository
+from app.catalog.repository import CatalogRepository, GpuRepository, ModelRepository
 from app.catalog.spec_cache import SpecCache
 from app.deployments.arguments import helm_chart
 from app.deployments.render import OPTIONS_DIR, helm_values, kubernetes_manifest
@@ -58,6 +63,40 @@ class CandidateNotFound(NotFound):
             f"Plan {plan_id!r} has {count} candidates (ranks 0 to {count - 1}), none at rank "
             f"{rank}."
         )
+
+
+class CatalogChanged(Conflict):
+    """A deployment of a plan whose model or GPU is no longer the entry it was computed for."""
+
+    def __init__(self, plan_id: str, kind: str, entry_id: str, planned: int, now: int | None):
+        what = (
+            "has been deleted"
+            if now is None
+            else f'is at version {now} (ETag "{now}"), no longer the entry it was computed for'
+        )
+        super().__init__(
+            f"Plan {plan_id!r} was computed for {kind} {entry_id!r} at version {planned}, which "
+            f"{what}: a deployment rendered now would launch something the plan never timed. "
+            "Plan again (POST /v1/plans) to render it."
+        )
+        self.plan_id = plan_id
+
+
+def _check_catalog(session: Session, plan: PlanRead, candidate: CandidateRead) -> None:
+    """409 when the model or the candidate's GPU changed (or went) since the plan read them:
+    versions are never reused for an id, so a version that differs is another entry."""
+    used: list[tuple[str, str, CatalogRepository[Any]]] = [
+        ("models", model_id, ModelRepository(session))
+        for model_id in plan.catalog_versions.get("models", {})  # none for an inline model
+    ]
+    if candidate.gpu in plan.catalog_versions.get("gpus", {}):
+        used.append(("gpus", candidate.gpu, GpuRepository(session)))
+    for kind, entry_id, repository in used:
+        planned = plan.catalog_versions[kind][entry_id]
+        row = repository.get(entry_id)
+        now = None if row is None else row.version
+        if now != planned:
+            raise CatalogChanged(plan.id, kind[:-1], entry_id, planned, now)
 
 
 def _done_plan(session: Session, plan_id: str) -> PlanRead:
@@ -175,6 +214,7 @@ def render_deployment(
     target cannot launch."""
     plan = _done_plan(session, plan_id)
     candidate = _candidate(plan, rank)
+    _check_catalog(session, plan, candidate)
     plan_engine = plan.request.get("engine")
     planned = choose_engine(
         engine_query(plan_engine if isinstance(plan_engine, str) else None),

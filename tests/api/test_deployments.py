@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from app.web.heavy import HeavyWork
+from tests.api.catalog_helpers import new_model
 from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}
@@ -164,3 +165,51 @@ def test_a_plan_not_done_is_a_409(settings: Settings, heavy_work: HeavyWork) -> 
         assert render.headers["content-type"] == "application/problem+json"
         assert "queued" in render.json()["detail"]
         assert "rendered once it is done" in render.json()["detail"]
+
+
+def test_a_plan_whose_model_or_gpu_changed_is_not_rendered(client: TestClient) -> None:
+    """A deployment launches what its plan timed: after the plan's model is edited, or deleted
+    and created again under its id (which continues the version count), or the candidate's GPU
+    is edited, rendering is a 409 naming the entry and both versions, never a command for a
+    model the plan was not computed for."""
+    plan = done_plan(client)
+    base = f"/v1/plans/{plan['id']}/deployments/0"
+    assert client.get(base, params={"target": "vllm"}).status_code == 200
+    planned = plan["catalog_versions"]["models"]["llama-3-8b"]
+
+    fields = client.get("/v1/models/llama-3-8b").json()
+    patched = client.patch(
+        "/v1/models/llama-3-8b", json={"hf_repo": "someone/another-model"}, headers=AUTH
+    )
+    assert patched.status_code == 200, patched.text
+    changed = client.get(base, params={"target": "vllm"})
+    assert changed.status_code == 409, changed.text
+    detail = changed.json()["detail"]
+    assert f"model 'llama-3-8b' at version {planned}" in detail
+    assert f"version {planned + 1}" in detail and "Plan again" in detail
+
+    assert client.delete("/v1/models/llama-3-8b", headers=AUTH).status_code == 204
+    gone = client.get(base, params={"target": "kubernetes"})
+    assert gone.status_code == 409 and "has been deleted" in gone.json()["detail"]
+    writable = {k: v for k, v in fields.items() if k in new_model()}
+    recreated = client.post(
+        "/v1/models",
+        json=writable | {"id": "llama-3-8b", "hf_repo": "someone/another-model"},
+        headers=AUTH,
+    )
+    assert recreated.status_code == 201, recreated.text
+    assert recreated.headers["etag"] == f'"{planned + 2}"'
+    again = client.get(base, params={"target": "vllm"})
+    assert again.status_code == 409
+    assert "someone/another-model" not in again.text
+
+    # The GPU too: a fresh plan renders, and an edit of its GPU stops it.
+    fresh = done_plan(client)
+    fresh_base = f"/v1/plans/{fresh['id']}/deployments/0"
+    assert client.get(fresh_base, params={"target": "vllm"}).status_code == 200
+    gpu = client.patch(
+        "/v1/gpus/h100-sxm5-80gb", json={"price_per_gpu_hour_usd": 9.99}, headers=AUTH
+    )
+    assert gpu.status_code == 200, gpu.text
+    stale = client.get(fresh_base, params={"target": "vllm"})
+    assert stale.status_code == 409 and "gpu 'h100-sxm5-80gb'" in stale.json()["detail"]

@@ -133,7 +133,9 @@ def test_delete_then_404_and_recreate(client: TestClient) -> None:
     assert client.delete("/v1/gpus/test-gpu-96gb", headers=AUTH).status_code == 204
     assert client.get("/v1/gpus/test-gpu-96gb").status_code == 404
     again = client.post("/v1/gpus", json=new_gpu(), headers=AUTH)
-    assert again.status_code == 201 and again.json()["version"] == 1
+    # The same id again continues the version count: "1" named the entry deleted.
+    assert again.status_code == 201 and again.json()["version"] == 2
+    assert again.headers["etag"] == '"2"'
 
 
 def test_alias_names_one_gpu_only(client: TestClient) -> None:

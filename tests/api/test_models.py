@@ -148,3 +148,25 @@ def test_hf_import_keeps_the_checkpoint_format_and_its_sliding_window(
     assert imported["notes"] == []
     assert (imported["sliding_window"], imported["window_layers"]) == (4096, 32)
     assert client.get("/v1/models/windowed").json()["checkpoint_dtype"] == "fp16"
+
+
+def test_a_recreated_model_continues_its_version_count(client: TestClient) -> None:
+    """Deleted and created again under the same id, an entry never reuses a version (an ETag):
+    a client or a plan holding `"2"` of the old entry must not match the new one."""
+    created = client.post("/v1/models", json=new_model(), headers=AUTH)
+    assert created.status_code == 201 and created.headers["etag"] == '"1"'
+    patched = client.patch("/v1/models/test-model-1b", json={"num_layers": 32}, headers=AUTH)
+    assert patched.headers["etag"] == '"2"'
+    assert client.delete("/v1/models/test-model-1b", headers=AUTH).status_code == 204
+    again = client.post("/v1/models", json=new_model(), headers=AUTH)
+    assert again.status_code == 201, again.text
+    assert again.headers["etag"] == '"3"'
+    assert client.get("/v1/models/test-model-1b").headers["etag"] == '"3"'
+    # A bundled entry deleted and re-created likewise.
+    bundled = client.get("/v1/models/llama-3-8b")
+    version = int(bundled.headers["etag"].strip('"'))
+    fields = {k: v for k, v in bundled.json().items() if k in new_model()}
+    assert client.delete("/v1/models/llama-3-8b", headers=AUTH).status_code == 204
+    back = client.post("/v1/models", json=fields | {"id": "llama-3-8b"}, headers=AUTH)
+    assert back.status_code == 201, back.text
+    assert back.headers["etag"] == f'"{version + 1}"'
