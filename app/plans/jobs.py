@@ -95,6 +95,8 @@ class ProgressTarget:
     plan_id: str
     owner: str
     interval_s: float
+    attempt: int | None = None
+    """The attempt writing (`Claim.attempts`): an earlier one under the same owner is fenced."""
 
 
 class StoredProgress:
@@ -123,7 +125,9 @@ class StoredProgress:
         try:
             with self._sessions.begin() as session:
                 repository = PlanRepository(session)
-                held = repository.report(self._target.plan_id, self._target.owner, share)
+                held = repository.report(
+                    self._target.plan_id, self._target.owner, share, self._target.attempt
+                )
         except SQLAlchemyError:  # busy or away: progress is news, not worth failing the plan
             _log.warning("plan %s: progress not stored", self._target.plan_id, exc_info=True)
             return
@@ -224,6 +228,7 @@ class PlanRunner:
                         ApiProblem(
                             500, "internal-error", "The plan failed unexpectedly; the logs tell."
                         ),
+                        claim.attempts,
                     )
         finally:
             self.running.discard(plan_id)
@@ -255,6 +260,7 @@ class PlanRunner:
                     f"The plan was started {claim.attempts - 1} times and its worker stopped "
                     "each time (out of memory, or its process ended): ask for less work.",
                 ),
+                claim.attempts,
             )
             return Outcome.FAILED
         try:
@@ -262,7 +268,7 @@ class PlanRunner:
             if job is None:
                 return Outcome.CANCELLED
             target = ProgressTarget(
-                self.database_url, plan_id, owner, self.limits.progress_interval_s
+                self.database_url, plan_id, owner, self.limits.progress_interval_s, claim.attempts
             )
             computed = await self.heavy.run(None, run_plan_job, job, target)
         except PlanCancelled:
@@ -270,19 +276,26 @@ class PlanRunner:
         except DomainError as error:
             if isinstance(error, ApiProblem) and error.status == 429:
                 # Every heavy-work slot is taken: back in the queue, to retry shortly.
-                await to_thread.run_sync(self.write, lambda r: r.release(plan_id, owner))
+                await to_thread.run_sync(
+                    self.write, lambda r: r.release(plan_id, owner, claim.attempts)
+                )
                 return Outcome.RELEASED
-            await self._fail(plan_id, owner, error)
+            await self._fail(plan_id, owner, error, claim.attempts)
             return Outcome.FAILED
         stored = await to_thread.run_sync(
             self.write,
-            lambda r: plans.finish_plan(r.session, plan_id, owner, job, computed),
+            lambda r: plans.finish_plan(
+                r.session, plan_id, owner, job, computed, attempt=claim.attempts
+            ),
         )
         return Outcome.DONE if stored else Outcome.CANCELLED
 
-    async def _fail(self, plan_id: str, owner: str, error: DomainError) -> None:
+    async def _fail(
+        self, plan_id: str, owner: str, error: DomainError, attempt: int | None = None
+    ) -> None:
         await to_thread.run_sync(
-            self.write, lambda r: plans.fail_plan(r.session, plan_id, owner, error)
+            self.write,
+            lambda r: plans.fail_plan(r.session, plan_id, owner, error, attempt=attempt),
         )
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
     Integer,
     String,
     and_,
+    case,
     cast,
     column,
     exists,
@@ -220,12 +221,16 @@ class PlanRepository:
             )
         )
 
-    def _held(self, plan_id: str, owner: str) -> Any:
-        return and_(
+    def _held(self, plan_id: str, owner: str, attempt: int | None) -> Any:
+        """`owner` holds the plan, in its attempt `attempt` when given: an earlier attempt
+        under the same owner name (a worker that took its own plan back, a process left running
+        when its parent died) writes nothing."""
+        held = and_(
             PlanRow.id == plan_id,
             PlanRow.status == PlanStatus.RUNNING,
             PlanRow.lease_owner == owner,
         )
+        return held if attempt is None else and_(held, PlanRow.attempts == attempt)
 
     def renew(self, plan_ids: Sequence[str], owner: str, lease_s: float) -> None:
         """SQLite: extend `owner`'s leases of `plan_ids` (those it still holds) by `lease_s`
@@ -242,20 +247,26 @@ class PlanRepository:
             .values(lease_expires_at=utcnow() + timedelta(seconds=lease_s))
         )
 
-    def report(self, plan_id: str, owner: str, progress: float) -> bool:
-        """Store `progress` while `owner` holds the job; False when it no longer does (the job
-        was cancelled or deleted, or taken over)."""
+    def report(self, plan_id: str, owner: str, progress: float, attempt: int | None = None) -> bool:
+        """Store `progress` while `owner` (in `attempt`) holds the job, never below what was
+        stored (a later attempt starts again from nothing: pollers see its progress once it
+        passes the earlier's); False when it no longer holds it (the job was cancelled or
+        deleted, or taken over)."""
         result = self.session.execute(
-            update(PlanRow).where(self._held(plan_id, owner)).values(progress=progress)
+            update(PlanRow)
+            .where(self._held(plan_id, owner, attempt))
+            .values(progress=case((PlanRow.progress < progress, progress), else_=PlanRow.progress))
         )
         return bool(getattr(result, "rowcount", 0))
 
-    def finish(self, plan_id: str, owner: str, values: dict[str, Any]) -> bool:
-        """Close `owner`'s job with `values` (status and what goes with it); False when it no
-        longer holds it."""
+    def finish(
+        self, plan_id: str, owner: str, values: dict[str, Any], attempt: int | None = None
+    ) -> bool:
+        """Close `owner`'s job (its attempt `attempt`) with `values` (status and what goes with
+        it); False when it no longer holds it."""
         result = self.session.execute(
             update(PlanRow)
-            .where(self._held(plan_id, owner))
+            .where(self._held(plan_id, owner, attempt))
             .values(lease_owner=None, lease_expires_at=None, finished_at=utcnow(), **values)
         )
         return bool(getattr(result, "rowcount", 0))
@@ -270,12 +281,12 @@ class PlanRepository:
         )
         return bool(getattr(result, "rowcount", 0))
 
-    def release(self, plan_id: str, owner: str) -> None:
+    def release(self, plan_id: str, owner: str, attempt: int | None = None) -> None:
         """Put `owner`'s plan back in the queue untried (it could not run here now, or its
         worker is stopping)."""
         self.session.execute(
             update(PlanRow)
-            .where(self._held(plan_id, owner))
+            .where(self._held(plan_id, owner, attempt))
             .values(
                 status=PlanStatus.QUEUED,
                 lease_owner=None,

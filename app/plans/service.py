@@ -513,10 +513,17 @@ def queue_plan(session: Session, job: PlanJob, request: Mapping[str, Any], limit
 
 
 def finish_plan(
-    session: Session, plan_id: str, owner: str, job: PlanJob, computed: ComputedPlan
+    session: Session,
+    plan_id: str,
+    owner: str,
+    job: PlanJob,
+    computed: ComputedPlan,
+    *,
+    attempt: int | None = None,
 ) -> bool:
-    """Store `owner`'s computed plan, done, with the catalog versions it read; False when
-    `owner` no longer holds the job (cancelled meanwhile, or taken over)."""
+    """Store `owner`'s computed plan (of its attempt `attempt`), done, with the catalog
+    versions it read; False when it no longer holds the job (cancelled meanwhile, or taken
+    over)."""
     return PlanRepository(session).finish(
         plan_id,
         owner,
@@ -528,13 +535,22 @@ def finish_plan(
             "catalog_versions": job.catalog_versions,
             "requests_per_s": computed.demand_requests_per_s / (1 + job.query.headroom),
         },
+        attempt,
     )
 
 
-def fail_plan(session: Session, plan_id: str, owner: str, error: DomainError) -> bool:
-    """Close `owner`'s job as failed with `error`'s problem; False when it no longer holds it."""
+def fail_plan(
+    session: Session,
+    plan_id: str,
+    owner: str,
+    error: DomainError,
+    *,
+    attempt: int | None = None,
+) -> bool:
+    """Close `owner`'s job (of its attempt `attempt`) as failed with `error`'s problem; False
+    when it no longer holds it."""
     return PlanRepository(session).finish(
-        plan_id, owner, {"status": PlanStatus.FAILED, "error": problem_of(error)}
+        plan_id, owner, {"status": PlanStatus.FAILED, "error": problem_of(error)}, attempt
     )
 
 

@@ -314,6 +314,55 @@ def test_a_delivered_plan_is_taken_over_from_its_earlier_attempt(settings: Setti
         engine.dispose()
 
 
+def test_progress_never_goes_backwards_and_an_earlier_attempt_writes_nothing(
+    settings: Settings, client: TestClient
+) -> None:
+    """A plan started again under the same owner name (a worker that took its own plan back
+    after its lease ran out; a planning process left running when its parent died): the
+    earlier attempt's progress, verdict and release are refused, and what pollers read
+    (GET /v1/plans/{id}) never goes down, though the new attempt starts from nothing."""
+    engine, sessions = _sessions(settings.database_url)
+    plan_id = "e" * 32
+    try:
+        with sessions.begin() as session:
+            PlanRepository(session).add(_queued(plan_id))
+            first = PlanRepository(session).start(plan_id, "worker-a")
+        assert first is not None and first.attempts == 1
+        early = StoredProgress(
+            sessions, ProgressTarget(settings.database_url, plan_id, "worker-a", 0.0, 1)
+        )
+        early.update(72, 100)
+
+        def polled() -> float:
+            answer = client.get(f"/v1/plans/{plan_id}")
+            assert answer.status_code == 200 and answer.json()["status"] == "running"
+            return float(answer.json()["progress"])
+
+        assert polled() == 0.72
+        with sessions.begin() as session:
+            second = PlanRepository(session).start(plan_id, "worker-a")
+        assert second is not None and second.attempts == 2
+        late = StoredProgress(
+            sessions, ProgressTarget(settings.database_url, plan_id, "worker-a", 0.0, 2)
+        )
+        late.update(10, 100)  # the new attempt, behind the old one's 0.72: stored as 0.72
+        assert polled() == 0.72
+        with pytest.raises(PlanCancelled):
+            early.update(100, 100)  # the earlier attempt is fenced off
+        assert polled() == 0.72
+        late.update(90, 100)
+        assert polled() == 0.9
+        with sessions.begin() as session:
+            repository = PlanRepository(session)
+            repository.release(plan_id, "worker-a", attempt=1)  # refused: not its attempt
+            assert not repository.finish(plan_id, "worker-a", {"status": "done"}, attempt=1)
+            assert repository.finish(plan_id, "worker-a", {"status": "failed"}, attempt=2)
+        answer = client.get(f"/v1/plans/{plan_id}").json()
+        assert (answer["status"], answer["progress"]) == ("failed", 0.9)
+    finally:
+        engine.dispose()
+
+
 def test_progress_is_stored_at_most_every_interval_and_stops_a_cancelled_plan(
     settings: Settings,
 ) -> None:
