@@ -57,8 +57,12 @@ def default_overhead(engine: str) -> dict[str, Any]:
 _DOC = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 Lax = Strict(False)
 Axis = Annotated[list[Annotated[float, Field(gt=0)]], Field(min_length=1, max_length=512)]
+MAX_CELL_MS = 100_000.0
+"""The longest one measured kernel may take (100 s; the bundled tables' longest is 4 s): a cell
+beyond it is a unit slip or a broken measurement, not a kernel."""
 Cells = Annotated[
-    list[Annotated[float, Field(gt=0)] | None], Field(min_length=1, max_length=200_000)
+    list[Annotated[float, Field(gt=0, le=MAX_CELL_MS)] | None],
+    Field(min_length=1, max_length=200_000),
 ]
 ComputeFormat = Annotated[DType, Lax]
 EngineName = Annotated[
@@ -82,6 +86,8 @@ class _Table(BaseModel):
         size = math.prod(len(axis) for axis in axes)
         if len(ms) != size:
             raise ValueError(f"ms: {len(ms)} cells for a {names} grid of {size}")
+        if all(cell is None for cell in ms):
+            raise ValueError(f"ms: no measured cell in the {names} grid")
 
     def grid(self) -> Grid:
         raise NotImplementedError
@@ -343,6 +349,15 @@ class ProfileDocument(BaseModel):
     default: bool = Field(
         default=False, description="The GPU's default profile, for requests that name no engine."
     )
+    replaces: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,127}$",
+        description=(
+            "The id of the GPU's profile of the same engine release that this one takes the "
+            "place of (it then times that release). Required when the GPU has one: an upload "
+            "never displaces another silently."
+        ),
+    )
     source: ProfileSource = Field(description="Where the measurements come from.")
     overhead: OverheadDoc = Field(description="The engine's cost per step outside the kernels.")
     fitted: FittedEfficiency = Field(description="Roofline efficiencies fitted to the points.")
@@ -406,6 +421,11 @@ class ProfileDocument(BaseModel):
         refusal = policy_of(self.engine).refusal(self.version)
         if refusal is not None:
             raise ValueError(f"version: {refusal}")
+        if not self.gemm:
+            raise ValueError(
+                "gemm: at least one GEMM table (a profile without one times nothing the "
+                "roofline does not)"
+            )
         return self
 
     def to_profile(self) -> Profile:

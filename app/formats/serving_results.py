@@ -282,4 +282,39 @@ def parse_serving_result(tool: ServingTool, content: str) -> list[ServingMeasure
             raise ServingResultError("result", "no prompt or output token counts in the file")
         if measurement.ttft_ms.p50 is None and measurement.ttft_ms.mean is None:
             raise ServingResultError("result", "no TTFT in the file")
+        _within_bounds(measurement)
     return found
+
+
+_LATENCY_BOUNDS_MS = {"ttft_ms": (False, 1e8), "e2e_ms": (False, 1e8), "tpot_ms": (True, 1e7)}
+"""Per latency: whether 0 is possible (a token gap can be, a first token cannot) and the most a
+run can report (1e8 ms: 28 hours; 1e7 ms between two tokens)."""
+
+
+def _bounded(field: str, value: float | None, low: float, high: float, *, zero: bool) -> None:
+    if value is None:
+        return
+    if value < low or (value == low and not zero) or value > high:
+        side = ">=" if zero else ">"
+        raise ServingResultError(
+            field, f"{value:g} is out of bounds: must be {side} {low:g} and at most {high:g}"
+        )
+
+
+def _within_bounds(m: ServingMeasurement) -> None:
+    """What a real run can report: positive durations and first-token times, no negative
+    latency, rates and loads a serving replica can carry (a unit slip or a corrupted file
+    otherwise, stored and replayed as if measured)."""
+    _bounded("duration", m.duration_s, 0.0, 30 * 86_400.0, zero=False)
+    _bounded("request_throughput", m.request_throughput, 0.0, 1e5, zero=False)
+    _bounded("output_throughput", m.output_throughput, 0.0, 1e8, zero=True)
+    if m.request_rate is not None and math.isfinite(m.request_rate):
+        _bounded("request_rate", m.request_rate, 0.0, 1e6, zero=False)
+    if m.concurrency is not None:
+        _bounded("max_concurrency", m.concurrency, 1.0, 1e6, zero=True)
+    _bounded("mean_prompt_tokens", m.mean_prompt_tokens, 1.0, 1e7, zero=True)
+    _bounded("mean_output_tokens", m.mean_output_tokens, 1.0, 1e7, zero=True)
+    for name, (zero, high) in {**_LATENCY_BOUNDS_MS, "itl_ms": (True, 1e7)}.items():
+        stats: Percentiles = getattr(m, name)
+        for stat in ("mean", "p50", "p90", "p99"):
+            _bounded(f"{name}.{stat}", getattr(stats, stat), 0.0, high, zero=zero)

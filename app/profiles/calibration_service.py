@@ -67,7 +67,8 @@ def store(
     session: Session, job: CalibrationJob, fit: OverheadFit, run_ids: list[str]
 ) -> ProfileCalibrationRead:
     new_id = f"{job.base['id'][:110]}-cal-{uuid.uuid4().hex[:8]}"
-    raw = fitted_document(job.base, fit, new_id, run_ids)
+    # Calibrating asks for it: the calibrated profile times the release in the base's place.
+    raw = fitted_document(job.base, fit, new_id, run_ids) | {"replaces": job.base["id"]}
     document = ProfileDocument.model_validate(raw, strict=False)
     stored = store_profile(session, document, document.model_dump(mode="json"))
     return ProfileCalibrationRead(

@@ -70,6 +70,28 @@ def store_profile(
     )
     if taken:
         raise AlreadyExists(f"A profile with id {document.id!r} exists; profiles never change.")
+    same = [
+        ref.id
+        for ref in profile_refs(session, document.gpu)
+        if (ref.engine, ref.version) == (document.engine, document.version)
+    ]
+    if same and document.replaces not in same:
+        if document.replaces is not None:
+            raise InvalidInput.at(
+                "replaces",
+                f"{document.replaces!r} is not a profile of {document.gpu} under "
+                f"{document.engine} {document.version}; that is {', '.join(same)}",
+            )
+        raise AlreadyExists(
+            f"{document.gpu} has a profile of {document.engine} {document.version} already "
+            f"({', '.join(same)}); set replaces to its id to time that release with this one "
+            "instead."
+        )
+    if document.replaces is not None and not same:
+        raise InvalidInput.at(
+            "replaces",
+            f"{document.gpu} has no profile of {document.engine} {document.version} to replace",
+        )
     if document.default:
         session.execute(
             update(ProfileRow).where(ProfileRow.gpu_id == document.gpu).values(is_default=False)

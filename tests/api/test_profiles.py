@@ -204,6 +204,17 @@ def test_an_uploaded_default_profile_times_the_gpu_from_then_on(client: TestClie
             {"gemm": [{"dtype": "bf16", "m": [2, 1], "n": [1], "k": [1], "ms": [0.1, 0.2]}]},
             "gemm.0",
         ),
+        # Physical bounds: a kernel of 1e308 ms, a table with no measured cell, no GEMM table.
+        (
+            {"gemm": [{"dtype": "bf16", "m": [1, 2], "n": [1], "k": [1], "ms": [0.1, 1e308]}]},
+            "gemm.0.ms.1",
+        ),
+        (
+            {"gemm": [{"dtype": "bf16", "m": [1, 2], "n": [1], "k": [1], "ms": [None, None]}]},
+            "gemm.0",
+        ),
+        ({"gemm": []}, "gemm"),
+        ({"replaces": "h100-sxm5-80gb-vllm-0.24.0"}, "replaces"),
     ],
 )
 def test_bad_uploads_are_422_naming_the_field_and_store_nothing(
@@ -213,6 +224,28 @@ def test_bad_uploads_are_422_naming_the_field_and_store_nothing(
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["field"].startswith(field)
     assert client.get("/v1/gpus/l4-24gb/profiles").json()["items"] == []
+
+
+def test_an_upload_of_a_release_the_gpu_has_replaces_it_only_when_asked(
+    client: TestClient,
+) -> None:
+    """The H100 has a bundled vLLM 0.24.0 profile: another upload of that release is a 409
+    naming it (it used to take its place silently, being newer); with `replaces` set to its
+    id, the upload times `vllm@0.24.0` from then on, and the bundled one stays readable."""
+    ours = upload(H100, id="our-h100-vllm-0.24.0", version="0.24.0")
+    refused = client.post("/v1/profiles", json=ours, headers=AUTH)
+    assert refused.status_code == 409, refused.text
+    assert "h100-sxm5-80gb-vllm-0.24.0" in refused.json()["detail"]
+    body = PREFILL | {"engine": "vllm@0.24.0"}
+    before = client.post("/v1/estimates/prefill", json=body).json()
+    assert before["target"]["basis"]["gemm"] == "profile h100-sxm5-80gb vllm@0.24.0"
+    taken = client.post(
+        "/v1/profiles", json=ours | {"replaces": "h100-sxm5-80gb-vllm-0.24.0"}, headers=AUTH
+    )
+    assert taken.status_code == 201, taken.text
+    after = client.post("/v1/estimates/prefill", json=body).json()
+    assert after["ttft_ms"] != pytest.approx(before["ttft_ms"], rel=0.01)
+    assert client.get("/v1/profiles/h100-sxm5-80gb-vllm-0.24.0").status_code == 200
 
 
 def test_uploads_need_a_key(client: TestClient) -> None:

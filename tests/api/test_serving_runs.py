@@ -112,6 +112,11 @@ def test_an_upload_is_replayed_compared_and_stored(client: TestClient, tool: str
         ({"result": {"benchmarks": []}, "tool_": "guidellm"}, "result.benchmarks"),
         ({"tool_": "locust"}, "tool"),
         ({"gpu": "no-such-gpu"}, "gpu"),
+        # Physical bounds (these were stored and replayed as measured runs).
+        ({"result": result_of("vllm") | {"duration": 0}}, "result.duration"),
+        ({"result": result_of("vllm") | {"duration": -12.5}}, "result.duration"),
+        ({"result": result_of("vllm") | {"mean_ttft_ms": -3.0}}, "result.ttft_ms.mean"),
+        ({"result": result_of("vllm") | {"request_throughput": 1e9}}, "result.request_throughput"),
     ],
 )
 def test_bad_uploads_are_422_naming_the_field_and_store_nothing(
