@@ -13,12 +13,14 @@ Times are milliseconds of wall time on the device; token counts are tokens per s
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -50,6 +52,15 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 INTERRUPTED_REASON = "interrupted"  # reason of the points a Ctrl-C left unmeasured
+
+
+def _date_time_text(value: object) -> object:
+    """A date-time is written as one (`2026-11-29T00:00:00Z`): a number (`0`, read as the Unix
+    epoch otherwise) is refused."""
+    if isinstance(value, str | datetime):
+        return value
+    raise ValueError("must be an ISO 8601 date-time with its offset, e.g. 2026-11-29T00:00:00Z")
+
 
 _DOCUMENT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 # Strict: numbers are never read from strings, nor booleans from numbers. What JSON can only
@@ -356,7 +367,7 @@ class RunDocument(BaseModel):
 
     schema_version: int = Field(description="Document format version; this service reads 1.")
     id: str | None = Field(default=None, description="Assigned by the service; null on upload.")
-    created_at: Annotated[AwareDatetime, Lax] = Field(
+    created_at: Annotated[AwareDatetime, Lax, BeforeValidator(_date_time_text)] = Field(
         description="When the run started, ISO 8601 in UTC."
     )
     environment: Environment = Field(description="Device and software the run used.")

@@ -42,9 +42,12 @@ def template_of(app: FastAPI, path: str) -> str | None:
 
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """Every method some route serves at `path`, sorted."""
+    """Every method some route serves at `path`, sorted. A route of that literal path
+    (`/v1/models/hf-import`) speaks for it alone: the templated routes it also matches
+    (`/v1/models/{entry_id}`) serve no entry there (such ids are reserved)."""
+    matching = [entry for entry in route_table(app) if entry.pattern.match(path)]
+    literal = [entry for entry in matching if "{" not in entry.path]
     methods: set[str] = set()
-    for entry in route_table(app):
-        if entry.pattern.match(path):
-            methods |= entry.methods
+    for entry in literal or matching:
+        methods |= entry.methods
     return sorted(methods)

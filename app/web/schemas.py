@@ -8,6 +8,7 @@ from functools import cache
 from typing import Annotated, Any, Generic, Self, TypeVar, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -83,13 +84,28 @@ CATALOG_REF = Annotated[
 ]
 """How a request names a catalog entry."""
 
+RESERVED_IDS = frozenset({"hf-import"})
+"""Ids that name a route beside the entries (`POST /v1/models/hf-import`): an entry under one
+would be unreachable at its own path."""
+
+
+def _not_reserved(entry_id: str) -> str:
+    if entry_id in RESERVED_IDS:
+        raise ValueError(f"{entry_id!r} is reserved: it names a route of its own")
+    return entry_id
+
+
 ENTRY_ID = Annotated[
     str,
     Field(
         pattern=ID_PATTERN,
-        description="Catalog id: lower-case letters, digits, `.`, `_`, `-`; at most 64 characters.",
+        description=(
+            "Catalog id: lower-case letters, digits, `.`, `_`, `-`; at most 64 characters "
+            "(not `hf-import`)."
+        ),
         examples=["h100-sxm5-80gb"],
     ),
+    AfterValidator(_not_reserved),
 ]
 
 

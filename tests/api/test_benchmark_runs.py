@@ -470,6 +470,7 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
     ("unknown dtype", _mutated("dtype", "bf17"), "dtype", ""),
     ("unknown field", _mutated("flops_per_dollar", 3), "flops_per_dollar", "unknown field"),
     ("naive timestamp", _mutated("created_at", "2026-11-29T08:00:00"), "created_at", "timezone"),
+    ("a number for a date-time", _mutated("created_at", 0), "created_at", "ISO 8601"),
     (
         "zero matmul rate",
         _mutated("microbenchmarks.matmul_flops_per_s", 0),

@@ -124,6 +124,9 @@ def test_if_match_follows_rfc_9110(client: TestClient, if_match: str, status: in
         ("DELETE", "/v1/models", "GET, POST"),
         ("POST", "/v1/gpus/l4-24gb", "DELETE, GET, PATCH, PUT"),
         ("GET", "/v1/estimates/prefill", "POST"),
+        # A route of its own beside /v1/models/{id}: only what it serves (it was every
+        # method of the entry route, which serves no entry there).
+        ("OPTIONS", "/v1/models/hf-import", "POST"),
     ],
 )
 def test_a_405_lists_every_method_of_the_path(
@@ -133,6 +136,16 @@ def test_a_405_lists_every_method_of_the_path(
     assert response.status_code == 405
     assert response.headers["allow"] == allow
     assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_an_id_that_names_a_route_is_reserved(client: TestClient) -> None:
+    """No model can be created as `hf-import`: it would be unreachable at its own path."""
+    from tests.api.catalog_helpers import new_model  # noqa: PLC0415
+
+    response = client.post("/v1/models", json=new_model() | {"id": "hf-import"}, headers=AUTH)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["field"] == "id"
+    assert "reserved" in response.json()["errors"][0]["message"]
 
 
 def test_a_long_request_target_is_a_414_problem(client: TestClient) -> None:
