@@ -21,6 +21,7 @@ from app.catalog.representations import Representation, Representations, target_
 from app.db.session import DatabaseLimits, make_engine, make_session_factory
 from app.deployments import endpoints as deployments
 from app.estimates import endpoints as estimates
+from app.estimates.warm import warm_estimates
 from app.logs import configure_logging
 from app.plans import endpoints as plans
 from app.plans.jobs import worker_limits
@@ -123,6 +124,10 @@ def create_app(settings: Settings | None = None, heavy_work: HeavyWork | None = 
             ):
                 # Plans: procrastinate's queue on PostgreSQL, an in-process worker on SQLite;
                 # this process runs `plan_workers` plans at once (app.plans.queue).
+                if settings.warm_on_start:
+                    # Before the server accepts connections, and after the catalog listener
+                    # (whose every connection clears the caches): ready means warm.
+                    await to_thread.run_sync(warm_estimates, session_factory, spec_cache)
                 yield
         finally:
             if owns_heavy_work:

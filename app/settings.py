@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     load_catalog_on_start: bool = Field(
         default=False, description="Load the bundled catalog when the app starts (make run does)."
     )
+    warm_on_start: bool = Field(
+        default=True,
+        description=(
+            "Before serving, answer one decode estimate on each GPU with a profile of its own "
+            "(up to 8 profiles parsed), so the first requests after /readyz find them ready "
+            "(app.estimates.warm)."
+        ),
+    )
     db_pool_timeout_s: float = Field(
         default=5.0,
         gt=0,

@@ -123,6 +123,7 @@ def settings(database_url: str) -> Settings:
         log_level="WARNING",
         catalog_cache_ttl_s=300.0,
         plan_wait_s=PLAN_WAIT_S,
+        warm_on_start=False,  # a second of profile parsing per app; tests/api/test_ready.py
     )
 
 
@@ -185,6 +186,7 @@ def postgres_client(postgres_url: str, heavy_work: HeavyWork) -> Iterator[TestCl
         log_level="WARNING",
         catalog_cache_ttl_s=300.0,
         plan_wait_s=PLAN_WAIT_S,
+        warm_on_start=False,  # a second of profile parsing per app; tests/api/test_ready.py
     )
     with TestClient(create_app(settings, heavy_work), raise_server_exceptions=False) as test_client:
         yield test_client
