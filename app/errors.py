@@ -119,6 +119,12 @@ class Conflict(DomainError):
     title = "Conflict"
 
 
+class Forbidden(DomainError):
+    status = 403
+    slug = "forbidden"
+    title = "Forbidden"
+
+
 class PreconditionFailed(DomainError):
     status = 412
     slug = "precondition-failed"

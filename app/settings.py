@@ -14,6 +14,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.web.principals import parse_keys
+
 __all__ = ["Environment", "Settings", "get_settings"]
 
 _PLACEHOLDER_KEYS = {"changeme", "change-me", "secret", "password", "test", "dev", "api-key"}
@@ -38,7 +40,10 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated keys accepted for writes (Bearer token or X-API-Key).",
+        description=(
+            "Comma-separated API keys (Bearer token or X-API-Key), each `name:role:key` (role "
+            "read, write or admin) or a bare key (an admin; app.web.principals)."
+        ),
     )
     log_level: str = Field(default="INFO", description="Python logging level name.")
     max_body_bytes: int = Field(
@@ -239,10 +244,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _production_needs_keys(self) -> Settings:
+        principals = parse_keys(self.api_keys)  # ValueError naming a malformed entry
         if self.environment is Environment.PRODUCTION:
             if not self.api_keys:
                 raise ValueError("RIDGELINE_API_KEYS must be set in production")
-            for key in self.api_keys:
+            for key in principals:
                 if key.lower() in _PLACEHOLDER_KEYS or len(key) < _MIN_PRODUCTION_KEY_LENGTH:
                     raise ValueError(
                         "RIDGELINE_API_KEYS holds a placeholder or a key shorter than "

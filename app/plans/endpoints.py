@@ -17,6 +17,7 @@ from app.web.deps import (
     HeavyWorkDep,
     LimitQuery,
     OffsetQuery,
+    ReaderDep,
     SettingsDep,
     SpecCacheDep,
     json_response,
@@ -25,6 +26,7 @@ from app.web.deps import (
     text_filter,
     write_in_session,
 )
+from app.web.principals import Role
 from app.web.schemas import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["plans"])
@@ -69,7 +71,7 @@ async def create_plan_route(
     cache: SpecCacheDep,
     settings: SettingsDep,
     request: Request,
-    _key: ApiKeyDep,
+    principal: ApiKeyDep,
     detail: DetailQuery = "compact",
 ) -> Response:
     query = body.query()
@@ -77,7 +79,9 @@ async def create_plan_route(
     document = body.model_dump(mode="json")
     plan_id = await write_in_session(
         request,
-        lambda session: plans.queue_plan(session, job, document, settings.plan_queue_limit),
+        lambda session: plans.queue_plan(
+            session, job, document, settings.plan_queue_limit, principal.name
+        ),
         lambda row: row.id,
     )
     jobs: PlanJobs = request.app.state.plan_jobs
@@ -135,15 +139,18 @@ async def get_plan_route(
     description=(
         "A queued or running plan is cancelled (200 with its status, `cancelled`): its worker "
         "stops before its next candidate. A finished plan (done, failed or cancelled) is "
-        "deleted (204). Needs an API key."
+        "deleted (204). Needs the key of the principal that created it, or an admin key (403 "
+        "otherwise)."
     ),
     responses=problem_responses(401, 403, 404)
     | {200: {"model": PlanAnswer, "description": "Cancelled."}},
 )
-async def delete_plan_route(plan_id: PlanId, request: Request, _key: ApiKeyDep) -> Response:
+async def delete_plan_route(plan_id: PlanId, request: Request, principal: ApiKeyDep) -> Response:
     cancelled = await write_in_session(
         request,
-        lambda session: plans.cancel_or_delete_plan(session, plan_id),
+        lambda session: plans.cancel_or_delete_plan(
+            session, plan_id, principal.name, admin=principal.may(Role.ADMIN)
+        ),
         lambda row: None if row is None else PlanAnswer.of(row),
     )
     if cancelled is None:
@@ -153,17 +160,28 @@ async def delete_plan_route(plan_id: PlanId, request: Request, _key: ApiKeyDep) 
     return json_response(cancelled, 200)
 
 
-@router.get("/plans", response_model=PlanList, summary="List plans with their status, newest first")
+@router.get(
+    "/plans",
+    response_model=PlanList,
+    summary="List plans with their status, newest first",
+    description=(
+        "The caller's own plans (those its key's principal created); an admin key lists every "
+        "plan. Needs an API key of any role."
+    ),
+    responses=problem_responses(401, 403),
+)
 async def list_plans_route(
     request: Request,
+    principal: ReaderDep,
     limit: LimitQuery = 50,
     offset: OffsetQuery = 0,
     model: Annotated[str | None, text_filter("Only plans for this model id.")] = None,
 ) -> Response:
+    owner = None if principal.may(Role.ADMIN) else principal.name
     return await read_json(
         request,
         lambda session: PlanList.of(
-            plans.list_plans(session, limit=limit, offset=offset, model_id=model),
+            plans.list_plans(session, limit=limit, offset=offset, model_id=model, owner=owner),
             PlanSummary.of,
         ),
     )

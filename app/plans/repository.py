@@ -68,6 +68,8 @@ class PlanRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
     model_id: Mapped[str] = mapped_column(String(64), index=True)
     """The catalog model id, or `inline`."""
+    owner: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
+    """The principal whose key created it (`app.web.principals`); None before owners."""
     requests_per_s: Mapped[float] = mapped_column(Float)
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The request body as validated (defaults filled in)."""
@@ -130,11 +132,13 @@ class PlanRepository:
         self.session.flush()
 
     def recent(
-        self, *, limit: int, offset: int, model_id: str | None = None
+        self, *, limit: int, offset: int, model_id: str | None = None, owner: str | None = None
     ) -> tuple[Sequence[PlanRow], int]:
-        """One page, newest first, and how many plans match in all; the request and response
-        documents are not loaded."""
+        """One page, newest first, and how many plans match in all (of `owner`'s, when given);
+        the request and response documents are not loaded."""
         where = [PlanRow.model_id == model_id] if model_id is not None else []
+        if owner is not None:
+            where.append(PlanRow.owner == owner)
         total = self.session.scalar(select(func.count()).select_from(PlanRow).where(*where))
         rows = self.session.scalars(
             select(PlanRow)

@@ -43,7 +43,15 @@ from app.engine.planning import (
 )
 from app.engine.planning.progress import PlanProgress
 from app.engine.specs import IDEAL_EFFICIENCY, ModelSpec
-from app.errors import Conflict, DomainError, FieldProblem, InvalidInput, PlanNotFound, spec_errors
+from app.errors import (
+    Conflict,
+    DomainError,
+    FieldProblem,
+    Forbidden,
+    InvalidInput,
+    PlanNotFound,
+    spec_errors,
+)
 from app.plans.queries import MAX_TRAFFIC_REQUESTS_PER_S, PlanQuery
 from app.plans.repository import PlanRepository, PlanRow, PlanStatus
 from app.plans.schemas import CandidateRead, DisaggregatedRead, PlanRead
@@ -488,9 +496,15 @@ def _summary(plan: CapacityPlan, confidence: float | None) -> dict[str, Any]:
     return summary
 
 
-def queue_plan(session: Session, job: PlanJob, request: Mapping[str, Any], limit: int) -> PlanRow:
-    """Store a prepared plan `queued` with `request` (the body as validated); `PlanQueueFull`
-    when `limit` plans are queued or running already."""
+def queue_plan(
+    session: Session,
+    job: PlanJob,
+    request: Mapping[str, Any],
+    limit: int,
+    owner: str | None = None,
+) -> PlanRow:
+    """Store a prepared plan `queued` with `request` (the body as validated), owned by `owner`
+    (a principal's name); `PlanQueueFull` when `limit` plans are queued or running already."""
     repository = PlanRepository(session)
     waiting = repository.waiting()
     if waiting >= limit:
@@ -499,6 +513,7 @@ def queue_plan(session: Session, job: PlanJob, request: Mapping[str, Any], limit
         id=uuid.uuid4().hex,
         created_at=utcnow(),
         model_id=job.model_id,
+        owner=owner,
         requests_per_s=job.traffic.requests_per_s,
         request=dict(request),
         response=None,
@@ -570,11 +585,26 @@ def forget_plan(session: Session, plan_id: str) -> None:
         repository.delete(row)
 
 
-def cancel_or_delete_plan(session: Session, plan_id: str) -> PlanRow | None:
+class NotPlanOwner(Forbidden):
+    """A key that neither created the plan nor is an admin's."""
+
+    def __init__(self, plan_id: str, name: str) -> None:
+        super().__init__(
+            f"Plan {plan_id!r} is not {name}'s: only the principal that created it, or an "
+            "admin, may cancel or delete it."
+        )
+
+
+def cancel_or_delete_plan(
+    session: Session, plan_id: str, principal: str | None = None, *, admin: bool = True
+) -> PlanRow | None:
     """Cancel a queued or running plan (its worker stops before its next candidate) and return
-    it; delete a finished one and return None. `PlanNotFound` for an unknown id."""
+    it; delete a finished one and return None. `PlanNotFound` for an unknown id;
+    `NotPlanOwner` (403) unless `principal` created it or is an `admin`."""
     repository = PlanRepository(session)
     row = get_plan(session, plan_id)
+    if not admin and row.owner != principal:
+        raise NotPlanOwner(plan_id, principal or "an anonymous caller")
     if repository.cancel(plan_id):
         return get_plan(session, plan_id)
     repository.delete(row)
@@ -597,8 +627,16 @@ def get_plan(session: Session, plan_id: str) -> PlanRow:
 
 
 def list_plans(
-    session: Session, *, limit: int, offset: int, model_id: str | None = None
+    session: Session,
+    *,
+    limit: int,
+    offset: int,
+    model_id: str | None = None,
+    owner: str | None = None,
 ) -> Page[PlanRow]:
-    """Stored plans, newest first, without their request and response documents."""
-    items, total = PlanRepository(session).recent(limit=limit, offset=offset, model_id=model_id)
+    """Stored plans (`owner`'s only, when given), newest first, without their request and
+    response documents."""
+    items, total = PlanRepository(session).recent(
+        limit=limit, offset=offset, model_id=model_id, owner=owner
+    )
     return Page(items=items, total=total, limit=limit, offset=offset)

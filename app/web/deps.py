@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import re
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import Depends, Header, Query, Request, Response
@@ -23,6 +23,7 @@ from app.catalog.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 from app.web.heavy import HeavyWork
 from app.web.memo import ResponseMemo, raw_key
+from app.web.principals import Principal, Role, parse_keys, principal_of
 from app.web.problems import ApiProblem, is_sqlite_busy
 from app.web.schemas import MAX_BIGINT, NO_NUL
 
@@ -98,36 +99,65 @@ _API_KEY_HEADER = APIKeyHeader(
 )
 
 
-async def caller_key(
+async def caller(
+    request: Request,
     settings: SettingsDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
     api_key: Annotated[str | None, Depends(_API_KEY_HEADER)],
-) -> str | None:
-    """The caller's key (`Authorization: Bearer <key>` or `X-API-Key: <key>`), None when it
-    sent none; 403 when it is not one of `RIDGELINE_API_KEYS`."""
+) -> Principal | None:
+    """The principal of the caller's key (`Authorization: Bearer <key>` or `X-API-Key:
+    <key>`), None when it sent none; 403 when it is not one of `RIDGELINE_API_KEYS`. Its name
+    goes to the access log (`request.state.principal`), never the key."""
     key = bearer.credentials.strip() if bearer is not None else api_key
     if not key:
         return None
-    if not any(hmac.compare_digest(key.encode(), known.encode()) for known in settings.api_keys):
+    principal = principal_of(key, _principals(settings))
+    if principal is None:
         raise ApiProblem(403, "forbidden", "That API key is not accepted here.")
-    return key
+    request.state.principal = principal.name
+    return principal
 
 
-async def require_api_key(key: Annotated[str | None, Depends(caller_key)]) -> str:
-    """The caller's key; 401 when none is given (see `caller_key`)."""
-    if key is None:
-        raise ApiProblem(
-            401,
-            "unauthenticated",
-            "Writes need an API key: send Authorization: Bearer <key> or X-API-Key: <key>.",
-            headers={"WWW-Authenticate": 'Bearer realm="ridgeline"'},
-        )
-    return key
+def _principals(settings: Settings) -> dict[str, Principal]:
+    return _parsed(tuple(settings.api_keys))
 
 
-ApiKeyDep = Annotated[str, Depends(require_api_key)]
-OptionalApiKeyDep = Annotated[str | None, Depends(caller_key)]
-"""The caller's key or None: open routes that allow more work to callers with a key."""
+@lru_cache(maxsize=16)
+def _parsed(entries: tuple[str, ...]) -> dict[str, Principal]:
+    return parse_keys(list(entries))
+
+
+def _unauthenticated() -> ApiProblem:
+    return ApiProblem(
+        401,
+        "unauthenticated",
+        "This needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>.",
+        headers={"WWW-Authenticate": 'Bearer realm="ridgeline"'},
+    )
+
+
+async def require_reader(principal: Annotated[Principal | None, Depends(caller)]) -> Principal:
+    """The caller's principal, any role; 401 without a key."""
+    if principal is None:
+        raise _unauthenticated()
+    return principal
+
+
+async def require_api_key(principal: Annotated[Principal | None, Depends(caller)]) -> Principal:
+    """The caller's principal, allowed to write; 401 without a key, 403 for a read-only one."""
+    if principal is None:
+        raise _unauthenticated()
+    if not principal.may(Role.WRITE):
+        raise ApiProblem(403, "forbidden", f"{principal.name}'s key is read-only.")
+    return principal
+
+
+ApiKeyDep = Annotated[Principal, Depends(require_api_key)]
+"""A caller allowed to write (role write or admin)."""
+ReaderDep = Annotated[Principal, Depends(require_reader)]
+"""A caller with a key of any role."""
+OptionalApiKeyDep = Annotated[Principal | None, Depends(caller)]
+"""The caller's principal or None: open routes that allow more work to callers with a key."""
 
 
 async def get_heavy_work(request: Request) -> HeavyWork:

@@ -10,6 +10,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from tests.conftest import AUTH
+
 RECORD = json.loads((Path(__file__).parents[2] / "app/validation/data/record.json").read_text())
 
 
@@ -251,7 +253,7 @@ def test_a_plan_sized_for_090_provisions_at_least_as_many_replicas_as_for_050(
         "price_per_gpu_hour_usd"
     ] * (best["tp"] * best.get("dp", 1) * best.get("pp", 1))
     # The plans list summarises the cheapest plan with its sizing at the asked confidence.
-    listed = client.get("/v1/plans", params={"limit": 1}).json()["items"][0]
+    listed = client.get("/v1/plans", params={"limit": 1}, headers=AUTH).json()["items"][0]
     assert listed["id"] == plan["id"]
     assert listed["best"]["replicas"] == best["replicas"]
     assert listed["best"]["confidence"] == 0.9
@@ -271,7 +273,7 @@ def test_a_plan_sized_for_090_provisions_at_least_as_many_replicas_as_for_050(
     assert any("ranked by their cost" in note for note in several["notes"])
     timed = post_plan(client, traffic=_traffic(20))
     assert timed["plans"][0]["by_confidence"] == []
-    timed_listed = client.get("/v1/plans", params={"limit": 1}).json()["items"][0]
+    timed_listed = client.get("/v1/plans", params={"limit": 1}, headers=AUTH).json()["items"][0]
     assert "replicas_at_confidence" not in timed_listed["best"]
 
 

@@ -102,7 +102,7 @@ def test_a_plan_done_within_the_wait_is_201_with_its_answer(client: TestClient) 
     assert (answer["status"], answer["progress"], answer["detail"]) == ("done", 1.0, "compact")
     assert answer["error"] is None
     assert answer["plans"][0]["replicas"] == 2  # the hand-checked case (test_plans.py)
-    listed = client.get("/v1/plans").json()["items"][0]
+    listed = client.get("/v1/plans", headers=AUTH).json()["items"][0]
     assert (listed["status"], listed["progress"], listed["best"]["replicas"]) == ("done", 1.0, 2)
 
 
@@ -118,7 +118,7 @@ def test_a_plan_not_done_within_the_wait_is_202_and_polled_to_done(
     assert accepted["status"] in {"queued", "running"}
     assert accepted["plans"] is None and accepted["detail"] is None
     assert 0.0 <= accepted["progress"] < 1.0
-    listed = client.get("/v1/plans").json()["items"]
+    listed = client.get("/v1/plans", headers=AUTH).json()["items"]
     assert listed[0]["id"] == accepted["id"]
     assert listed[0]["status"] == "done" or listed[0]["best"] is None
 
@@ -470,7 +470,7 @@ def test_a_plan_the_job_queue_cannot_take_fails_with_a_503(
     assert response.headers["retry-after"] == "5"
     assert response.json()["type"] == "/problems/queue-unavailable"
     # Stored failed with that problem, not left queued for no one.
-    listed = postgres_client.get("/v1/plans").json()["items"][0]
+    listed = postgres_client.get("/v1/plans", headers=AUTH).json()["items"][0]
     assert (listed["status"], listed["progress"]) == ("failed", 0.0)
     stored = postgres_client.get(f"/v1/plans/{listed['id']}").json()
     assert stored["error"]["status"] == 503

@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.main import create_app
+from app.settings import Settings
+from app.web.heavy import HeavyWork
 from tests.conftest import AUTH
 
 CONSTANT_2K = {"p50": 2048, "p90": 2048, "p99": 2048}
@@ -151,13 +154,15 @@ def test_plans_are_stored_with_the_catalog_versions_they_used(client: TestClient
     assert again["catalog_versions"]["gpus"] == {"h100-sxm5-80gb": 2}
     assert again["plans"][0]["cost_per_hour_usd"] == pytest.approx(2 * 9.99, rel=1e-12)
 
-    listed = client.get("/v1/plans", params={"limit": 1}).json()
+    listed = client.get("/v1/plans", params={"limit": 1}, headers=AUTH).json()
     assert listed["total"] == 2 and listed["limit"] == 1
     (newest,) = listed["items"]
     assert newest["id"] == again["id"]  # newest first
     assert newest["model"] == "llama-3-8b" and newest["requests_per_s"] == 10
     assert newest["best"]["replicas"] == again["plans"][0]["replicas"]
-    assert client.get("/v1/plans", params={"model": "mistral-7b"}).json()["total"] == 0
+    assert (
+        client.get("/v1/plans", params={"model": "mistral-7b"}, headers=AUTH).json()["total"] == 0
+    )
     missing = client.get("/v1/plans/" + "0" * 32)
     assert missing.status_code == 404
     assert missing.headers["content-type"] == "application/problem+json"
@@ -167,7 +172,7 @@ def test_writing_a_plan_needs_a_key(client: TestClient) -> None:
     assert client.post("/v1/plans", json=plan_body()).status_code == 401
     wrong = {"Authorization": "Bearer not-a-key-we-know"}
     assert client.post("/v1/plans", json=plan_body(), headers=wrong).status_code == 403
-    assert client.get("/v1/plans").json()["total"] == 0
+    assert client.get("/v1/plans", headers=AUTH).json()["total"] == 0
 
 
 @pytest.mark.slow
@@ -329,7 +334,7 @@ def test_bad_input_is_a_422_naming_the_field_and_stores_nothing(
 ) -> None:
     response = client.post("/v1/plans", json=plan_body(**changes), headers=AUTH)
     assert field in problem_fields(response)
-    assert client.get("/v1/plans").json()["total"] == 0
+    assert client.get("/v1/plans", headers=AUTH).json()["total"] == 0
 
 
 @pytest.mark.slow
@@ -386,3 +391,43 @@ def test_a_stored_plan_is_drawn_on_request(client: TestClient) -> None:
     assert client.get(location).headers["content-type"].startswith("application/json")
     missing = client.get("/v1/plans/" + "0" * 32, headers={"Accept": "image/svg+xml"})
     assert missing.status_code == 404
+
+
+ALICE_KEY, BOB_KEY, AUDITOR_KEY, ROOT_KEY = (f"{name}-key-0123456789abcdef" for name in "abcd")
+
+
+def test_plans_belong_to_their_principal_and_only_an_admin_sees_or_touches_others(
+    settings: Settings, heavy_work: HeavyWork
+) -> None:
+    """Keys are principals with roles (`name:role:key`): a plan belongs to whoever created
+    it. Listing needs a key and shows one's own plans (an admin's: everyone's); cancelling or
+    deleting another's plan is a 403 but for an admin; a read-only key lists but cannot
+    create; no key lists nothing (401)."""
+    keys = [
+        f"alice:write:{ALICE_KEY}",
+        f"bob:write:{BOB_KEY}",
+        f"auditor:read:{AUDITOR_KEY}",
+        f"root:admin:{ROOT_KEY}",
+    ]
+    app = create_app(settings.model_copy(update={"api_keys": keys}), heavy_work)
+
+    def as_(key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    with TestClient(app) as client:
+        made = client.post("/v1/plans", json=plan_body(), headers=as_(ALICE_KEY))
+        assert made.status_code == 201, made.text
+        plan_id = made.json()["id"]
+        assert client.get("/v1/plans").status_code == 401
+        assert client.get("/v1/plans", headers=as_(ALICE_KEY)).json()["total"] == 1
+        assert client.get("/v1/plans", headers=as_(BOB_KEY)).json()["total"] == 0
+        assert client.get("/v1/plans", headers=as_(ROOT_KEY)).json()["total"] == 1
+        assert client.get("/v1/plans", headers=as_(AUDITOR_KEY)).json()["total"] == 0
+        refused = client.post("/v1/plans", json=plan_body(), headers=as_(AUDITOR_KEY))
+        assert refused.status_code == 403 and "read-only" in refused.json()["detail"]
+        bobs = client.delete(f"/v1/plans/{plan_id}", headers=as_(BOB_KEY))
+        assert bobs.status_code == 403 and "not bob's" in bobs.json()["detail"]
+        assert client.get(f"/v1/plans/{plan_id}").status_code == 200  # still there
+        assert client.delete(f"/v1/plans/{plan_id}", headers=as_(ROOT_KEY)).status_code == 204
+        again = client.post("/v1/plans", json=plan_body(), headers=as_(BOB_KEY)).json()["id"]
+        assert client.delete(f"/v1/plans/{again}", headers=as_(BOB_KEY)).status_code == 204
