@@ -2,6 +2,7 @@
 is needed (Alembic's autogenerate, the tests' database reset)."""
 
 from app.catalog.orm import (
+    CatalogChange,
     CatalogLastVersion,
     CatalogTombstone,
     GpuExpectedError,
@@ -19,6 +20,7 @@ __all__ = [
     "BenchmarkPointRow",
     "BenchmarkRunRow",
     "CalibrationRow",
+    "CatalogChange",
     "CatalogLastVersion",
     "CatalogTombstone",
     "GpuExpectedError",

@@ -20,6 +20,7 @@ from app.catalog.hf_import import import_hf_config
 from app.catalog.orm import CatalogEntry
 from app.catalog.representations import Representation
 from app.catalog.schemas import (
+    CatalogChangeRead,
     GpuCreate,
     GpuFields,
     GpuPatch,
@@ -36,12 +37,14 @@ from app.web.deps import (
     IfMatchDep,
     LimitQuery,
     OffsetQuery,
+    ReaderDep,
     cached_page,
     cached_read,
     count_filter,
     etag_for,
     json_response,
     not_modified,
+    read_in_session,
     text_filter,
     write_in_session,
 )
@@ -212,6 +215,38 @@ def add_item_routes(
             lambda session: entries(session).delete(entry_id, if_match),
             lambda _: Response(status_code=status.HTTP_204_NO_CONTENT),
         )
+
+    @router.get(
+        item_path + "/history",
+        response_model=Page[CatalogChangeRead],
+        summary=f"A {noun}'s history: every write, by whom",
+        description=(
+            "Each create, replace, patch, delete and catalog load of the id, newest first, with "
+            "the version it left (or deleted) and the name of the principal whose key made it "
+            "(null: the bundled catalog's load). Writes before the history began are not in it. "
+            "Needs an API key of any role."
+        ),
+        responses=problem_responses(401, 403),
+        name=f"{noun}_history",
+    )
+    async def entry_history(
+        entry_id: Annotated[str, id_path],
+        request: Request,
+        _key: ReaderDep,
+        limit: LimitQuery = 50,
+        offset: OffsetQuery = 0,
+    ) -> Response:
+        def page(session: Session) -> Page[CatalogChangeRead]:
+            rows, total = entries(session).repository.history(entry_id, limit=limit, offset=offset)
+            return Page[CatalogChangeRead](
+                items=[CatalogChangeRead.from_row(row) for row in rows],
+                total=total,
+                limit=limit,
+                offset=offset,
+            )
+
+        answer = await read_in_session(request, page)
+        return json_response(answer)
 
 
 gpu_router = APIRouter(prefix="/v1", tags=["gpus"])

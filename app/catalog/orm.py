@@ -17,6 +17,7 @@ from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 from app.db.session import Base, UtcDateTime
 
 __all__ = [
+    "CatalogChange",
     "CatalogEntry",
     "CatalogLastVersion",
     "CatalogTombstone",
@@ -131,3 +132,18 @@ class CatalogLastVersion(Base):
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     last_version: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class CatalogChange(Base):
+    """One write of a catalog entry: what was done, the version it left (or deleted), and the
+    principal whose key did it (None for the bundled catalog's load). The entry's history."""
+
+    __tablename__ = "catalog_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    entry_id: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    action: Mapped[str] = mapped_column(String(16))
+    principal: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

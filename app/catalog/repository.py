@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.catalog.orm import (
+    CatalogChange,
     CatalogEntry,
     CatalogLastVersion,
     CatalogTombstone,
@@ -17,6 +18,7 @@ from app.catalog.orm import (
     GpuRow,
     ModelRow,
 )
+from app.web.principals import PRINCIPAL
 
 __all__ = ["CatalogRepository", "GpuRepository", "ModelRepository"]
 
@@ -99,6 +101,32 @@ class CatalogRepository(Generic[RowT]):
         self.session.merge(CatalogLastVersion(kind=self.kind, id=row.id, last_version=row.version))
         self.session.delete(row)
         self.session.flush()
+
+    def note(self, entry_id: str, version: int, action: str) -> None:
+        """Record a write in the entry's history, by the principal the transaction acts for
+        (`Session.info`; None: the bundled catalog's load)."""
+        self.session.add(
+            CatalogChange(
+                kind=self.kind,
+                entry_id=entry_id,
+                version=version,
+                action=action,
+                principal=self.session.info.get(PRINCIPAL),
+            )
+        )
+
+    def history(self, entry_id: str, *, limit: int, offset: int) -> tuple[list[CatalogChange], int]:
+        """The entry's recorded writes, newest first, and how many there are."""
+        where = (CatalogChange.kind == self.kind, CatalogChange.entry_id == entry_id)
+        total = self.session.scalar(select(func.count()).select_from(CatalogChange).where(*where))
+        rows = self.session.scalars(
+            select(CatalogChange)
+            .where(*where)
+            .order_by(CatalogChange.id.desc())
+            .limit(limit)
+            .offset(offset)
+        ).all()
+        return list(rows), int(total or 0)
 
     def is_tombstoned(self, entry_id: str) -> bool:
         return self.session.get(CatalogTombstone, (self.kind, entry_id)) is not None

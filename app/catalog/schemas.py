@@ -405,3 +405,17 @@ class ModelImportRead(ModelRead):
     does not model yet (a sliding window, say) and what that means for the estimates."""
 
     notes: list[str] = Field(description="Declared but not modelled, and its effect.")
+
+
+class CatalogChangeRead(Output):
+    """One write of a catalog entry."""
+
+    version: int = Field(description="The version the write left (for a delete: deleted).")
+    action: str = Field(
+        description="`created`, `replaced`, `patched`, `deleted`, or `loaded` (the bundled "
+        "catalog's load)."
+    )
+    principal: str | None = Field(
+        description="The name of the principal whose key made it; null for the catalog load."
+    )
+    at: datetime = Field(description="When (UTC).")

@@ -177,6 +177,7 @@ class CatalogEntries(Generic[RowT]):
         except IntegrityError:  # the primary key: another create of this id committed first
             self.session.rollback()
             raise self._taken(entry_id) from None
+        self.repository.note(entry_id, row.version, "created")
         record_change(self.session, self.repository.kind, entry_id)
         return row
 
@@ -197,7 +198,7 @@ class CatalogEntries(Generic[RowT]):
             )
         row = self._current(entry_id, if_match)
         columns = self.columns(fields, entry_id)
-        return self._write(row, columns, if_match)
+        return self._write(row, columns, if_match, action="replaced")
 
     def patch(
         self,
@@ -212,7 +213,7 @@ class CatalogEntries(Generic[RowT]):
             merged = validate(merge_patch(self.document(row), patch))
             columns = self.columns(merged, entry_id)
             try:
-                return self._write(row, columns, if_match, retrying=True)
+                return self._write(row, columns, if_match, retrying=True, action="patched")
             except StaleDataError:
                 # Another writer landed first (SQLite, which has no row locks): forget the
                 # stale copy, re-read, re-apply.
@@ -222,6 +223,7 @@ class CatalogEntries(Generic[RowT]):
 
     def delete(self, entry_id: str, if_match: Precondition | None) -> None:
         row = self._current(entry_id, if_match)
+        self.repository.note(entry_id, row.version, "deleted")
         try:
             self.repository.delete(row)
         except StaleDataError:
@@ -250,6 +252,7 @@ class CatalogEntries(Generic[RowT]):
         if_match: Precondition | None,
         *,
         retrying: bool = False,
+        action: str,
     ) -> RowT:
         for name, value in columns.items():
             setattr(row, name, value)
@@ -262,6 +265,7 @@ class CatalogEntries(Generic[RowT]):
                 raise
             self.session.rollback()
             raise self._stale(row.id) from None
+        self.repository.note(row.id, row.version, action)
         record_change(self.session, self.repository.kind, row.id)
         return row
 
@@ -383,9 +387,11 @@ def upsert_bundled(
     row = repository.get(entry_id)
     if row is None:
         columns = entries.columns(fields, entry_id)
-        repository.add(
-            repository.row_type(id=entry_id, origin="bundled", bundled_digest=digest, **columns)
+        inserted = repository.row_type(
+            id=entry_id, origin="bundled", bundled_digest=digest, **columns
         )
+        repository.add(inserted)
+        repository.note(entry_id, inserted.version, "loaded")
         record_change(entries.session, repository.kind, entry_id)
         return LoadOutcome.INSERTED
     if row.origin != "bundled":
@@ -398,6 +404,7 @@ def upsert_bundled(
         setattr(row, name, value)
     row.bundled_digest = digest
     repository.flush()
+    repository.note(entry_id, row.version, "loaded")
     record_change(entries.session, repository.kind, entry_id)
     return LoadOutcome.UPDATED
 

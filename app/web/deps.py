@@ -23,7 +23,7 @@ from app.catalog.spec_cache import NotCached, SpecCache
 from app.settings import Settings
 from app.web.heavy import HeavyWork
 from app.web.memo import ResponseMemo, raw_key
-from app.web.principals import Principal, Role, parse_keys, principal_of
+from app.web.principals import PRINCIPAL, Principal, Role, parse_keys, principal_of
 from app.web.problems import ApiProblem, is_sqlite_busy
 from app.web.schemas import MAX_BIGINT, NO_NUL
 
@@ -307,12 +307,16 @@ async def write_in_session(
     is retried from the start (the transaction was rolled back, nothing of it stands) a few
     times with backoff; then it is a 503 `busy` (`app.web.problems`)."""
     factory = request.app.state.session_factory
+    # Whose key the write came with (`caller`), for what records its author (catalog history).
+    principal = getattr(request.state, "principal", None)
 
     def run() -> T:
         for attempt in itertools.count():
             try:
                 with factory() as session:
                     try:
+                        if principal is not None:
+                            session.info[PRINCIPAL] = principal
                         result = write(session)
                         session.commit()
                     except BaseException:

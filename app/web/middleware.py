@@ -221,8 +221,10 @@ class ObservabilityMiddleware:
         answered on before routing (`template`), else the one it was routed to."""
         if template is None:
             template = getattr(scope.get("route"), "path", None) or self._template(scope)
+        state = scope.get("state")
+        principal = state.get("principal") if state else None  # set by app.web.deps.caller
         self.request_log.add(
-            scope["method"], scope["path"], status, template, elapsed_s, request_id
+            scope["method"], scope["path"], status, template, elapsed_s, request_id, principal
         )
 
     def _kept(self, scope: Scope) -> KeptAnswer | None:

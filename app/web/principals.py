@@ -15,7 +15,10 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Principal", "Role", "parse_keys", "principal_of"]
+__all__ = ["PRINCIPAL", "Principal", "Role", "parse_keys", "principal_of"]
+
+PRINCIPAL = "ridgeline.principal"
+"""`Session.info` key: the name of the principal a write's transaction acts for."""
 
 
 class Role(StrEnum):

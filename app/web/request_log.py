@@ -32,9 +32,9 @@ _FLUSH_S = 0.05
 _FLUSH_REQUESTS = 256
 """The most requests waiting: their lines are written in one write."""
 
-_Finished = tuple[float, str, str, int, str, float, str]
+_Finished = tuple[float, str, str, int, str, float, str, str | None]
 """A request's (wall-clock time at its end, method, path, status, route template, seconds it
-took, request id)."""
+took, request id, the name of the principal whose key it sent: `app.web.principals`)."""
 
 
 class RequestLog:
@@ -63,12 +63,13 @@ class RequestLog:
         route: str,
         elapsed_s: float,
         request_id: str,
+        principal: str | None = None,
     ) -> None:
         waiting = self._waiting
         if not waiting:  # a batch starts: where its lines go, and when it is settled
             self._handler = _plain_handler()
             self._timer = _flush_later(self.flush) if self._handler is not None else None
-        waiting.append((time.time(), method, path, status, route, elapsed_s, request_id))
+        waiting.append((time.time(), method, path, status, route, elapsed_s, request_id, principal))
         if self._timer is None or len(waiting) >= _FLUSH_REQUESTS:
             self.flush()
 
@@ -81,7 +82,7 @@ class RequestLog:
         if not waiting:
             return
         observe = self.metrics.observe
-        for _, method, _, status, route, elapsed_s, _ in waiting:
+        for _, method, _, status, route, elapsed_s, _, _ in waiting:
             observe(method, route, status, elapsed_s)
         if not _access_log.isEnabledFor(logging.INFO):
             return
@@ -99,7 +100,11 @@ class RequestLog:
 def _log_record(finished: _Finished) -> None:
     """A request's access record through `logging` (its formatter reads the request id from
     the request's context)."""
-    _, method, path, status, route, elapsed_s, _ = finished
+    _, method, path, status, route, elapsed_s, _, principal = finished
+    extra: dict[str, object] = {"route": route, "status": status}
+    if principal is not None:
+        extra["principal"] = principal
+    extra["duration_ms"] = round(elapsed_s * 1e6) / 1e3
     _access_log.handle(
         _access_log.makeRecord(
             _access_log.name,
@@ -109,7 +114,7 @@ def _log_record(finished: _Finished) -> None:
             "%s %s %s",
             (method, path, status),
             None,
-            extra={"route": route, "status": status, "duration_ms": round(elapsed_s * 1e6) / 1e3},
+            extra=extra,
         )
     )
 
@@ -129,7 +134,7 @@ def access_lines(finished: list[_Finished]) -> str:
     `._:/+=-`, nothing to escape."""
     lines = []
     last_ms, stamp = -1, ""
-    for created, method, path, status, route, elapsed_s, request_id in finished:
+    for created, method, path, status, route, elapsed_s, request_id, principal in finished:
         ms = int(created * 1000)
         if ms != last_ms:  # at 10,000 requests a second, ten share each millisecond's stamp
             last_ms, stamp = ms, iso_utc_ms(ms)
@@ -138,9 +143,11 @@ def access_lines(finished: list[_Finished]) -> str:
             parts = _line_parts(method, path, status, route)
         # The duration to the microsecond: a float of few digits, whose shortest repr (the
         # line's number) costs a fraction of a full-precision one's.
+        # A principal's name is [a-z0-9._-] (`app.web.principals`): nothing to escape.
+        who = "" if principal is None else f'"principal": "{principal}", '
         lines.append(
             f'{{"time": "{stamp}", {parts[0]}"request_id": "{request_id}", '
-            f'{parts[1]}"duration_ms": {round(elapsed_s * 1e6) / 1e3!r}}}\n'
+            f'{parts[1]}{who}"duration_ms": {round(elapsed_s * 1e6) / 1e3!r}}}\n'
         )
     return "".join(lines)
 

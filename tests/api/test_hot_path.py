@@ -6,6 +6,7 @@ within a second in every other process on one PostgreSQL database (LISTEN/NOTIFY
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import logging
@@ -28,7 +29,7 @@ from app.web import request_log
 from app.web.deps import cached_read
 from app.web.memo import ResponseMemo, raw_key
 from app.web.request_log import _json_string, access_lines
-from tests.conftest import AUTH, reset_database
+from tests.conftest import AUTH, TEST_API_KEY, reset_database
 from tests.servers import served
 
 GPU = "l4-24gb"
@@ -302,17 +303,22 @@ def test_two_workers_serve_one_database_and_stay_current(database: str) -> None:
 )
 def test_access_lines_are_what_the_json_formatter_writes(path: str) -> None:
     """A batch of four: two in one millisecond (sharing its stamp), one in the next, one a
-    minute on; made twice, the second time from the fixed parts kept the first."""
+    minute on, two of them sent with a principal's key; made twice, the second time from the
+    fixed parts kept the first."""
     access = logging.getLogger("ridgeline.access")
     route = "/v1/gpus/{entry_id}"
-    finished = [
-        (1_700_000_000.2501, "GET", path, 404, route, 0.000123, "abc-123"),
-        (1_700_000_000.2504, "GET", path, 404, route, 0.041007, "def-456"),
-        (1_700_000_000.2512, "GET", path, 404, route, 0.0015, "ghi-789"),
-        (1_700_000_061.5, "GET", path, 404, route, 1.25, "jkl-012"),
+    finished: list[tuple[float, str, str, int, str, float, str, str | None]] = [
+        (1_700_000_000.2501, "GET", path, 404, route, 0.000123, "abc-123", None),
+        (1_700_000_000.2504, "GET", path, 404, route, 0.041007, "def-456", "alice"),
+        (1_700_000_000.2512, "GET", path, 404, route, 0.0015, "ghi-789", None),
+        (1_700_000_061.5, "GET", path, 404, route, 1.25, "jkl-012", "key-0a1b2c3d"),
     ]
     expected = []
-    for created, method, _, status, _, elapsed_s, request_id in finished:
+    for created, method, _, status, _, elapsed_s, request_id, principal in finished:
+        extra: dict[str, object] = {"route": route, "status": status}
+        if principal is not None:
+            extra["principal"] = principal
+        extra["duration_ms"] = round(elapsed_s * 1e6) / 1e3  # as _log_record rounds it
         record = access.makeRecord(
             access.name,
             logging.INFO,
@@ -321,11 +327,7 @@ def test_access_lines_are_what_the_json_formatter_writes(path: str) -> None:
             "%s %s %s",
             (method, path, status),
             None,
-            extra={
-                "route": route,
-                "status": status,
-                "duration_ms": round(elapsed_s * 1e6) / 1e3,  # as _log_record rounds it
-            },
+            extra=extra,
         )
         record.created = created
         token = REQUEST_ID.set(request_id)
@@ -343,6 +345,7 @@ def test_access_lines_are_what_the_json_formatter_writes(path: str) -> None:
         "21.500+00:00",
     ]
     assert [line["duration_ms"] for line in lines] == [0.123, 41.007, 1.5, 1250.0]
+    assert [line.get("principal") for line in lines] == [None, "alice", None, "key-0a1b2c3d"]
 
 
 def test_a_timestamp_is_what_isoformat_writes_to_the_millisecond() -> None:
@@ -395,6 +398,20 @@ def test_access_lines_are_written_in_batches_to_the_configured_handler(
     assert [line["request_id"] for line in access] == ids
     assert {line["route"] for line in access} == {"/healthz"}
     assert all(line["status"] == 200 and line["duration_ms"] > 0 for line in access)
+    assert all("principal" not in line for line in access)  # no key sent
+
+
+def test_a_keyed_request_logs_its_principals_name_never_its_key(client: TestClient) -> None:
+    """The test key is a bare key: an admin named by 8 hex digits of its SHA-256."""
+    with plain_logging() as stream:
+        client.get("/v1/plans", headers=AUTH)
+        deadline = time.monotonic() + 5
+        while not _access_lines(stream) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    (line,) = [line for line in _access_lines(stream) if line["route"] == "/v1/plans"]
+    name = "key-" + hashlib.sha256(TEST_API_KEY.encode()).hexdigest()[:8]
+    assert line["principal"] == name
+    assert TEST_API_KEY not in stream.getvalue()
 
 
 def _healthz_count(metrics: str) -> float:

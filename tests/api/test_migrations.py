@@ -33,8 +33,11 @@ def test_upgrade_downgrade_upgrade(database_url: str) -> None:
     if database_url.startswith("postgresql"):
         expected |= PROCRASTINATE_TABLES  # SQLite runs plans in-process: no queue schema
     assert _tables(database_url) == expected  # the fixture upgraded to head
-    downgrade(database_url, "0009")  # before the queue schema and the catalog's last versions
-    assert _tables(database_url) == set(Base.metadata.tables) - {"catalog_last_versions"}
+    downgrade(database_url, "0009")  # before the queue schema and the catalog's records
+    assert _tables(database_url) == set(Base.metadata.tables) - {
+        "catalog_last_versions",
+        "catalog_changes",
+    }
     downgrade(database_url, "base")
     assert _tables(database_url) == set()
     upgrade(database_url)

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.main import create_app
+from app.settings import Settings
+from app.web.heavy import HeavyWork
 from tests.api.catalog_helpers import new_model
 from tests.conftest import AUTH
 
@@ -170,3 +173,27 @@ def test_a_recreated_model_continues_its_version_count(client: TestClient) -> No
     back = client.post("/v1/models", json=fields | {"id": "llama-3-8b"}, headers=AUTH)
     assert back.status_code == 201, back.text
     assert back.headers["etag"] == f'"{version + 1}"'
+
+
+def test_a_models_history_names_who_wrote_it(settings: Settings, heavy_work: HeavyWork) -> None:
+    """Catalog writes stay shared between keys, and each is attributed in the entry's history
+    (`GET /v1/models/{id}/history`, newest first): the principal's name, never its key; the
+    bundled catalog's load by nobody."""
+    keys = ["alice:write:alice-key-0123456789abcdef", "bob:write:bob-key-0123456789abcdef"]
+    app = create_app(settings.model_copy(update={"api_keys": keys}), heavy_work)
+    alice = {"Authorization": "Bearer alice-key-0123456789abcdef"}
+    bob = {"Authorization": "Bearer bob-key-0123456789abcdef"}
+    with TestClient(app) as client:
+        assert client.post("/v1/models", json=new_model(), headers=alice).status_code == 201
+        patched = client.patch("/v1/models/test-model-1b", json={"num_layers": 32}, headers=bob)
+        assert patched.status_code == 200
+        assert client.delete("/v1/models/test-model-1b", headers=alice).status_code == 204
+        assert client.get("/v1/models/test-model-1b/history").status_code == 401
+        history = client.get("/v1/models/test-model-1b/history", headers=bob)
+        assert history.status_code == 200, history.text
+        rows = [(r["action"], r["version"], r["principal"]) for r in history.json()["items"]]
+        assert rows == [("deleted", 2, "alice"), ("patched", 2, "bob"), ("created", 1, "alice")]
+        assert "key-0123456789abcdef" not in history.text
+        client.patch("/v1/models/llama-3-8b", json={"name": "Llama 3 8B (ours)"}, headers=bob)
+        bundled = client.get("/v1/models/llama-3-8b/history", headers=alice).json()["items"]
+        assert bundled[0]["principal"] == "bob"
