@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.engine.dtypes import DType
+from app.engine.dtypes import BLOCK_SCALED_DTYPES, DType
 from app.engine.specs import MlaSpec, ModelSpec, MoeSpec
 from app.formats.specs import SpecSchema, derived_from
 
@@ -376,7 +376,12 @@ class RunDocument(BaseModel):
         description="GPU catalog id (matched by alias or given with --gpu); null when unknown.",
     )
     model: RunModelSpec = Field(description="The exact architecture that ran.")
-    dtype: Annotated[DType, Lax] = Field(description="Format of weights, activations and KV cache.")
+    dtype: Annotated[DType, Lax] = Field(
+        description=(
+            "Format of weights, activations and KV cache: one the KV cache can hold too (not a "
+            "block-scaled weight format such as mxfp4, nvfp4 or fp8-block)."
+        )
+    )
     tp: int = Field(
         default=1, ge=1, le=1024, description="Tensor-parallel degree (the job runs 1)."
     )
@@ -385,6 +390,17 @@ class RunDocument(BaseModel):
     )
     provenance: Provenance = Field(description="Who measured or published the figures.")
     points: list[RunPoint] = Field(min_length=1, description="Every planned point, skipped too.")
+
+    @field_validator("dtype")
+    @classmethod
+    def _one_format_for_all(cls, value: DType) -> DType:
+        if value in BLOCK_SCALED_DTYPES:
+            raise ValueError(
+                f"{value} is a block-scaled weight format, and a run's dtype is its KV cache's "
+                "too: use bf16, fp16 or fp8"
+            )
+        return value
+
     microbenchmarks: Microbenchmarks | None = Field(
         default=None,
         description="Matmul and copy rates; null for published runs and runs interrupted "

@@ -471,6 +471,8 @@ MALFORMED: list[tuple[str, Any, str, str]] = [
     ("unknown field", _mutated("flops_per_dollar", 3), "flops_per_dollar", "unknown field"),
     ("naive timestamp", _mutated("created_at", "2026-11-29T08:00:00"), "created_at", "timezone"),
     ("a number for a date-time", _mutated("created_at", 0), "created_at", "ISO 8601"),
+    # Found by a fuzzer: was a 500 (a block-scaled format taken as the run's KV format too).
+    ("a weight-only format", _mutated("dtype", "mxfp4"), "dtype", "block-scaled"),
     (
         "zero matmul rate",
         _mutated("microbenchmarks.matmul_flops_per_s", 0),
