@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.web.principals import parse_keys
+from app.principals import parse_keys
 
 __all__ = ["Environment", "Settings", "get_settings"]
 
@@ -42,7 +42,7 @@ class Settings(BaseSettings):
         default_factory=list,
         description=(
             "Comma-separated API keys (Bearer token or X-API-Key), each `name:role:key` (role "
-            "read, write or admin) or a bare key (an admin; app.web.principals)."
+            "read, write or admin) or a bare key (an admin; app.principals)."
         ),
     )
     log_level: str = Field(default="INFO", description="Python logging level name.")

@@ -18,7 +18,7 @@ from app.catalog.orm import (
     GpuRow,
     ModelRow,
 )
-from app.web.principals import PRINCIPAL
+from app.principals import PRINCIPAL
 
 __all__ = ["CatalogRepository", "GpuRepository", "ModelRepository"]
 

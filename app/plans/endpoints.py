@@ -11,6 +11,7 @@ from app.engine.planning import DEFAULT_MAX_SIMULATED_STEPS, MAX_CANDIDATES
 from app.plans import service as plans
 from app.plans.queue import PlanJobs
 from app.plans.schemas import Detail, PlanAnswer, PlanList, PlanRequest, PlanSummary
+from app.principals import Role
 from app.web.charts import SVG_MEDIA_TYPE, plan_svg, wants_svg
 from app.web.deps import (
     ApiKeyDep,
@@ -26,7 +27,6 @@ from app.web.deps import (
     text_filter,
     write_in_session,
 )
-from app.web.principals import Role
 from app.web.schemas import problem_responses
 
 router = APIRouter(prefix="/v1", tags=["plans"])

@@ -69,7 +69,7 @@ class PlanRow(Base):
     model_id: Mapped[str] = mapped_column(String(64), index=True)
     """The catalog model id, or `inline`."""
     owner: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
-    """The principal whose key created it (`app.web.principals`); None before owners."""
+    """The principal whose key created it (`app.principals`); None before owners."""
     requests_per_s: Mapped[float] = mapped_column(Float)
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     """The request body as validated (defaults filled in)."""

@@ -20,10 +20,10 @@ from starlette.concurrency import run_in_threadpool
 from app.catalog.representations import Representation, Representations, target_of
 from app.catalog.service import ANY_VERSION, Precondition
 from app.catalog.spec_cache import NotCached, SpecCache
+from app.principals import PRINCIPAL, Principal, Role, parse_keys, principal_of
 from app.settings import Settings
 from app.web.heavy import HeavyWork
 from app.web.memo import ResponseMemo, raw_key
-from app.web.principals import PRINCIPAL, Principal, Role, parse_keys, principal_of
 from app.web.problems import ApiProblem, is_sqlite_busy
 from app.web.schemas import MAX_BIGINT, NO_NUL
 

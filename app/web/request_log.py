@@ -34,7 +34,7 @@ _FLUSH_REQUESTS = 256
 
 _Finished = tuple[float, str, str, int, str, float, str, str | None]
 """A request's (wall-clock time at its end, method, path, status, route template, seconds it
-took, request id, the name of the principal whose key it sent: `app.web.principals`)."""
+took, request id, the name of the principal whose key it sent: `app.principals`)."""
 
 
 class RequestLog:
@@ -143,7 +143,7 @@ def access_lines(finished: list[_Finished]) -> str:
             parts = _line_parts(method, path, status, route)
         # The duration to the microsecond: a float of few digits, whose shortest repr (the
         # line's number) costs a fraction of a full-precision one's.
-        # A principal's name is [a-z0-9._-] (`app.web.principals`): nothing to escape.
+        # A principal's name is [a-z0-9._-] (`app.principals`): nothing to escape.
         who = "" if principal is None else f'"principal": "{principal}", '
         lines.append(
             f'{{"time": "{stamp}", {parts[0]}"request_id": "{request_id}", '
