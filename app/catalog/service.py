@@ -177,8 +177,7 @@ class CatalogEntries(Generic[RowT]):
         except IntegrityError:  # the primary key: another create of this id committed first
             self.session.rollback()
             raise self._taken(entry_id) from None
-        self.repository.note(entry_id, row.version, "created")
-        record_change(self.session, self.repository.kind, entry_id)
+        self.wrote(entry_id, row.version, "created")
         return row
 
     def replace(
@@ -223,17 +222,22 @@ class CatalogEntries(Generic[RowT]):
 
     def delete(self, entry_id: str, if_match: Precondition | None) -> None:
         row = self._current(entry_id, if_match)
-        self.repository.note(entry_id, row.version, "deleted")
+        self.wrote(entry_id, row.version, "deleted")
         try:
             self.repository.delete(row)
         except StaleDataError:
             self.session.rollback()
             raise self._stale(entry_id) from None
-        record_change(self.session, self.repository.kind, entry_id)
 
     def columns(self, fields: dict[str, Any], entry_id: str) -> dict[str, Any]:
         """Validated column values for `fields`, derived figures included."""
         return self._columns(fields, self.session, entry_id)
+
+    def wrote(self, entry_id: str, version: int, action: str) -> None:
+        """A write of `entry_id` leaving (or deleting) `version`: in the entry's history, and
+        noted for what listens to the commit (`record_change`)."""
+        self.repository.note(entry_id, version, action)
+        record_change(self.session, self.repository.kind, entry_id)
 
     # internals
 
@@ -265,8 +269,7 @@ class CatalogEntries(Generic[RowT]):
                 raise
             self.session.rollback()
             raise self._stale(row.id) from None
-        self.repository.note(row.id, row.version, action)
-        record_change(self.session, self.repository.kind, row.id)
+        self.wrote(row.id, row.version, action)
         return row
 
     def _taken(self, entry_id: str) -> AlreadyExists:
@@ -391,8 +394,7 @@ def upsert_bundled(
             id=entry_id, origin="bundled", bundled_digest=digest, **columns
         )
         repository.add(inserted)
-        repository.note(entry_id, inserted.version, "loaded")
-        record_change(entries.session, repository.kind, entry_id)
+        entries.wrote(entry_id, inserted.version, "loaded")
         return LoadOutcome.INSERTED
     if row.origin != "bundled":
         return LoadOutcome.KEPT_USER_ENTRY
@@ -404,8 +406,7 @@ def upsert_bundled(
         setattr(row, name, value)
     row.bundled_digest = digest
     repository.flush()
-    repository.note(entry_id, row.version, "loaded")
-    record_change(entries.session, repository.kind, entry_id)
+    entries.wrote(entry_id, row.version, "loaded")
     return LoadOutcome.UPDATED
 
 

@@ -290,9 +290,7 @@ class PlanRunner:
         )
         return Outcome.DONE if stored else Outcome.CANCELLED
 
-    async def _fail(
-        self, plan_id: str, owner: str, error: DomainError, attempt: int | None = None
-    ) -> None:
+    async def _fail(self, plan_id: str, owner: str, error: DomainError, attempt: int) -> None:
         await to_thread.run_sync(
             self.write,
             lambda r: plans.fail_plan(r.session, plan_id, owner, error, attempt=attempt),

@@ -210,14 +210,15 @@ class EnginePolicy:
         """The scheduler a request runs: the settings it `given` over the engine's defaults;
         `SpecError` naming `scheduler.<field>` when they cannot work together or this version
         cannot run them."""
-        if given.get("num_scheduler_steps", 1) > 1:
-            refusal = self.multi_step_refusal(version)
-            if refusal is not None:
-                raise SpecError("scheduler.num_scheduler_steps", refusal)
-        if given.get("scheduler_recv_interval", 1) > 1:
-            refusal = self.recv_interval_refusal(version)
-            if refusal is not None:
-                raise SpecError("scheduler.scheduler_recv_interval", refusal)
+        # Settings only some engines (and releases) have: asked for, or a 422 saying why not.
+        for field, refusal_of in (
+            ("num_scheduler_steps", self.multi_step_refusal),
+            ("scheduler_recv_interval", self.recv_interval_refusal),
+        ):
+            if given.get(field, 1) > 1:
+                refusal = refusal_of(version)
+                if refusal is not None:
+                    raise SpecError(f"scheduler.{field}", refusal)
         defaults = self.scheduler_defaults(version, gpu, context_tokens)
         settings = {name: value for name, value in given.items() if value is not None}
         return replace(defaults, **settings)
